@@ -1,0 +1,25 @@
+#pragma once
+// Logging to stderr. Progress lines redraw in place on a terminal and print sparsely otherwise.
+#include <cstdio>
+#include <string>
+
+namespace ellm {
+
+void log_info(const std::string& msg);
+void log_warn(const std::string& msg);
+
+// "loading weights  37% (120/311 tensors)": call update() as work advances, done() at the end.
+class Progress {
+ public:
+  Progress(std::string label, size_t total);
+  void update(size_t done);
+  void finish(const std::string& summary);
+
+ private:
+  std::string label_;
+  size_t total_;
+  int last_percent_ = -1;
+  bool tty_;
+};
+
+}  // namespace ellm

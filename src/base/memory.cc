@@ -1,0 +1,100 @@
+#include "base/memory.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+
+namespace ellm {
+
+void FreeDeleter::operator()(void* p) const { std::free(p); }
+
+void* aligned_alloc_zeroed(size_t bytes) {
+  constexpr size_t kHuge = 2u << 20;
+  size_t align = bytes >= kHuge ? kHuge : kAlign;
+  size_t rounded = (bytes + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, rounded ? rounded : align);
+  if (!p) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+  if (align == kHuge) madvise(p, rounded, MADV_HUGEPAGE);
+  std::memset(p, 0, rounded);
+  return p;
+}
+
+VirtualRegion::VirtualRegion(size_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED)
+    throw Error("cannot reserve " + std::to_string(bytes >> 20) + " MiB of address space");
+  data_ = static_cast<uint8_t*>(p);
+}
+
+VirtualRegion::~VirtualRegion() {
+  if (data_) munmap(data_, size_);
+}
+
+VirtualRegion::VirtualRegion(VirtualRegion&& o) noexcept : data_(o.data_), size_(o.size_) {
+  o.data_ = nullptr;
+  o.size_ = 0;
+}
+
+VirtualRegion& VirtualRegion::operator=(VirtualRegion&& o) noexcept {
+  if (this != &o) {
+    if (data_) munmap(data_, size_);
+    data_ = o.data_;
+    size_ = o.size_;
+    o.data_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+void VirtualRegion::release(size_t offset, size_t bytes) {
+  size_t page = size_t(sysconf(_SC_PAGESIZE));
+  size_t begin = (offset + page - 1) / page * page;
+  size_t end = std::min(size_, offset + bytes) / page * page;
+  if (end > begin) madvise(data_ + begin, end - begin, MADV_DONTNEED);
+}
+
+size_t VirtualRegion::resident_bytes() const {
+  if (!data_) return 0;
+  size_t page = size_t(sysconf(_SC_PAGESIZE));
+  size_t pages = (size_ + page - 1) / page, resident = 0;
+  std::vector<unsigned char> vec(std::min<size_t>(pages, 1 << 20));
+  for (size_t first = 0; first < pages; first += vec.size()) {
+    size_t n = std::min(vec.size(), pages - first);
+    if (mincore(data_ + first * page, n * page, vec.data()) != 0) break;
+    for (size_t i = 0; i < n; ++i) resident += vec[i] & 1;
+  }
+  return resident * page;
+}
+
+namespace {
+size_t meminfo_kb(const char* key) {
+  std::ifstream f("/proc/meminfo");
+  std::string k;
+  size_t v;
+  std::string unit;
+  while (f >> k >> v >> unit)
+    if (k == key) return v * 1024;
+  return 0;
+}
+}  // namespace
+
+size_t process_resident_bytes() {
+  std::ifstream f("/proc/self/statm");
+  size_t total = 0, resident = 0;
+  f >> total >> resident;
+  return resident * size_t(sysconf(_SC_PAGESIZE));
+}
+
+size_t physical_memory_bytes() { return meminfo_kb("MemTotal:"); }
+size_t available_memory_bytes() { return meminfo_kb("MemAvailable:"); }
+
+}  // namespace ellm

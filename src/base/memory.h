@@ -1,0 +1,53 @@
+#pragma once
+// Memory: aligned buffers for activations and packed weights, and virtual reservations whose
+// pages commit only when written (the KV cache).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace ellm {
+
+constexpr size_t kAlign = 64;
+
+struct FreeDeleter {
+  void operator()(void* p) const;
+};
+
+// Zero-filled, kAlign-aligned; large buffers ask for transparent huge pages.
+void* aligned_alloc_zeroed(size_t bytes);
+
+template <class T>
+using Buffer = std::unique_ptr<T[], FreeDeleter>;
+
+template <class T>
+Buffer<T> make_buffer(size_t count) {
+  return Buffer<T>(static_cast<T*>(aligned_alloc_zeroed(count * sizeof(T) + kAlign)));
+}
+
+// An address range reserved, not committed: reading it gives zeros, writing commits pages.
+class VirtualRegion {
+ public:
+  VirtualRegion() = default;
+  explicit VirtualRegion(size_t bytes);  // throws Error when the reservation fails
+  ~VirtualRegion();
+  VirtualRegion(VirtualRegion&& o) noexcept;
+  VirtualRegion& operator=(VirtualRegion&& o) noexcept;
+  VirtualRegion(const VirtualRegion&) = delete;
+  VirtualRegion& operator=(const VirtualRegion&) = delete;
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  // Gives the pages fully inside [offset, offset+bytes) back to the OS; they read as zero after.
+  void release(size_t offset, size_t bytes);
+  size_t resident_bytes() const;  // pages of this region currently in RAM (mincore)
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+size_t process_resident_bytes();  // VmRSS of this process
+size_t physical_memory_bytes();   // MemTotal
+size_t available_memory_bytes();  // MemAvailable
+
+}  // namespace ellm

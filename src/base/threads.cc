@@ -1,0 +1,114 @@
+#include "base/threads.h"
+
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "base/cpu.h"
+
+namespace ellm {
+namespace {
+
+constexpr int kSpinIterations = 20000;
+
+void pin_to_cpu(int index) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
+  int count = CPU_COUNT(&allowed);
+  if (count == 0) return;
+  int target = index % count, seen = 0;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed)) continue;
+    if (seen++ == target) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+      return;
+    }
+  }
+}
+
+inline void cpu_relax() { __builtin_ia32_pause(); }
+
+// Direct futex calls: libstdc++ 12's std::atomic::wait can lose wake-ups.
+template <class T>
+void futex_wait(std::atomic<T>& word, T expected) {
+  static_assert(sizeof(T) == 4);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, uint32_t(expected),
+          nullptr, nullptr, 0);
+}
+
+template <class T>
+void futex_wake_all(std::atomic<T>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr,
+          nullptr, 0);
+}
+
+}  // namespace
+
+ThreadTeam::ThreadTeam(int n_threads, bool pin) : n_(n_threads < 1 ? 1 : n_threads) {
+  pin = pin && n_ > 1;
+  for (int member = 1; member < n_; ++member)
+    threads_.emplace_back([this, member, pin] {
+      if (pin) pin_to_cpu(member);
+      worker_loop(member);
+    });
+  if (pin) pin_to_cpu(0);
+}
+
+ThreadTeam::~ThreadTeam() {
+  stop_.store(true);
+  generation_.fetch_add(1, std::memory_order_release);
+  futex_wake_all(generation_);
+  for (auto& t : threads_) t.join();
+}
+
+void ThreadTeam::run_erased(Task task, void* ctx) {
+  if (n_ == 1) {
+    task(ctx, 0, 1);
+    return;
+  }
+  task_ = task;
+  ctx_ = ctx;
+  pending_.store(n_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(generation_);
+  task(ctx, 0, n_);
+  for (int spin = 0; spin < kSpinIterations; ++spin) {
+    if (pending_.load(std::memory_order_acquire) == 0) return;
+    cpu_relax();
+  }
+  main_sleeping_.store(true, std::memory_order_seq_cst);
+  for (int left; (left = pending_.load(std::memory_order_seq_cst)) != 0;)
+    futex_wait(pending_, left);
+  main_sleeping_.store(false, std::memory_order_relaxed);
+}
+
+void ThreadTeam::worker_loop(int member) {
+  uint32_t seen = 0;  // the generation at construction: a run() may come before this thread starts
+  for (;;) {
+    uint32_t now = seen;
+    for (int spin = 0; spin < kSpinIterations; ++spin) {
+      now = generation_.load(std::memory_order_acquire);
+      if (now != seen) break;
+      cpu_relax();
+    }
+    while (now == seen) {
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      futex_wait(generation_, seen);
+      sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+      now = generation_.load(std::memory_order_acquire);
+    }
+    seen = now;
+    if (stop_.load()) return;
+    task_(ctx_, member, n_);
+    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+        main_sleeping_.load(std::memory_order_seq_cst))
+      futex_wake_all(pending_);
+  }
+}
+
+}  // namespace ellm

@@ -1,0 +1,7 @@
+// Placeholder until this command lands.
+#include "base/error.h"
+#include "cli/commands.h"
+
+namespace ellm {
+int cmd_bench(int, char** argv) { throw Error(std::string(argv[0]) + ": not implemented yet"); }
+}  // namespace ellm

@@ -1,0 +1,9 @@
+// Placeholder until this command lands.
+#include "base/error.h"
+#include "cli/commands.h"
+
+namespace ellm {
+int cmd_make_model(int, char** argv) { throw Error(std::string(argv[0]) + ": not implemented yet"); }
+int cmd_logits(int, char** argv) { throw Error(std::string(argv[0]) + ": not implemented yet"); }
+int cmd_generate(int, char** argv) { throw Error(std::string(argv[0]) + ": not implemented yet"); }
+}  // namespace ellm

@@ -1,0 +1,8 @@
+// Placeholder until this command lands.
+#include "base/error.h"
+#include "cli/commands.h"
+
+namespace ellm {
+int cmd_tokenize(int, char** argv) { throw Error(std::string(argv[0]) + ": not implemented yet"); }
+int cmd_detokenize(int, char** argv) { throw Error(std::string(argv[0]) + ": not implemented yet"); }
+}  // namespace ellm

@@ -1,0 +1,99 @@
+#pragma once
+// Kernel API used by the model layer. Every kernel is a free function on raw pointers and
+// strides; each has a scalar twin (kernels/*_scalar.cc) that tests compare against. The
+// instruction set is chosen at run time from base/cpu.h active_isa() unless a call passes one.
+//
+// Threading: kernels that take (member, n_members) do their own share of the work when called
+// from every member of a ThreadTeam::run (base/threads.h) and never synchronise internally.
+#include <cstddef>
+#include <cstdint>
+
+#include "base/cpu.h"
+#include "base/memory.h"
+
+namespace ellm {
+
+using bf16 = uint16_t;
+
+inline float bf16_to_f32(bf16 v) {
+  uint32_t bits = uint32_t(v) << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline bf16 f32_to_bf16(float f) {  // round to nearest even; NaN stays NaN
+  uint32_t bits;
+  __builtin_memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return bf16((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1);
+  return bf16(bits >> 16);
+}
+
+// ---- element-wise and row ops (FP32) ----
+
+void convert_f32_to_bf16(const float* x, bf16* out, int64_t count);
+void convert_bf16_to_f32(const bf16* x, float* out, int64_t count);
+
+// out[r][:] = x[r][:] / rms(x[r][:]) * weight[:], for r < rows; rows are `dim` long with strides
+// ldx / ldo (may alias: out == x).
+void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight, float eps,
+             float* out, int64_t ldo);
+
+// Rotate-half RoPE (HF Qwen3) in place on x[h][0:head_dim] for h < n_heads (row stride
+// head_dim), at position `pos`. inv_freq[i] = theta^(-2i/head_dim), i < head_dim/2.
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const float* inv_freq);
+
+// out[i] = silu(gate[i]) * up[i]
+void silu_mul(const float* gate, const float* up, float* out, int64_t count);
+
+// ---- matrix products: weights BF16, inputs BF16, accumulation FP32 ----
+
+// A weight matrix W [n][k] (checkpoint layout: out features x in features), repacked once at
+// load for one instruction set. The layout of `data` is private to that ISA's kernels.
+struct PackedWeights {
+  int64_t n = 0, k = 0;
+  Isa isa = Isa::scalar;
+  Buffer<bf16> data;
+  size_t bytes = 0;  // bytes of packed data (what one full read of W costs)
+};
+
+PackedWeights pack_weights(const bf16* w, int64_t n, int64_t k, Isa isa);
+
+// y[i][j] = sum_k x[i][k] * W[j][k]  (or += when accumulate), i < m, j < W.n.
+// x: [m][k] BF16, row stride ldx; y: [m][n] FP32, row stride ldy. The member computes its share
+// of the output; all members together cover y.
+void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
+            bool accumulate, int member, int n_members);
+
+// ---- attention ----
+
+// One sequence's queries in a pass: positions [q_start, q_start + n_q) of its slot. Each query
+// attends causally to cache positions [0, its position]. The cache of the slot holds K and V as
+// [n_kv_heads][max_positions][head_dim] FP32 (head stride kv_head_stride elements), already
+// written for every position up to q_start + n_q - 1.
+struct AttentionSeq {
+  const float* q;  // [n_q][n_heads * head_dim], row stride ldq
+  float* out;      // [n_q][n_heads * head_dim], row stride ldo
+  int64_t n_q;
+  int64_t q_start;
+  const float* k;
+  const float* v;
+};
+
+struct AttentionShape {
+  int64_t n_heads, n_kv_heads, head_dim;
+  int64_t ldq, ldo;
+  int64_t kv_head_stride;
+  float scale;  // 1/sqrt(head_dim)
+};
+
+// Scratch floats attention() needs for up to max_seqs sequences, max_tokens queries in a pass.
+size_t attention_scratch_floats(const AttentionShape& shape, int64_t max_tokens, int64_t max_seqs,
+                                int n_members);
+
+// Causal GQA attention for all sequences of a pass, split across members.
+void attention(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& shape,
+               float* scratch, int member, int n_members);
+
+}  // namespace ellm

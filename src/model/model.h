@@ -1,0 +1,55 @@
+#pragma once
+// What the engine sees of a model: load a Hugging Face folder once with serving limits, then
+// run forward passes over batches of tokens from any slots. All buffers are sized at load for
+// the limits; forward() allocates nothing.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ellm {
+
+struct ModelConfig;  // model/config.h
+
+struct ServingLimits {
+  int64_t sequence_length = 4096;  // positions per slot
+  int64_t batch_size = 1;          // slots
+  int64_t chunk_size = 0;          // most tokens in one forward pass; 0 = sequence_length
+  int threads = 0;                 // 0 = one per physical core
+  size_t kv_memory_bytes = 0;      // committed-KV budget; 0 = what RAM allows after the weights
+};
+
+// One token of a pass. Tokens of the same slot appear in order with consecutive positions;
+// the slot's KV for positions before the first of them must already be written.
+struct BatchToken {
+  int32_t token;
+  int32_t slot;
+  int32_t position;
+  bool want_logits;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Throws Error with a one-line message naming the file and the problem.
+  static std::unique_ptr<Model> load(const std::string& model_dir, const ServingLimits& limits);
+
+  virtual const ModelConfig& config() const = 0;
+  virtual const ServingLimits& limits() const = 0;  // with defaults resolved
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t max_pass_tokens() const = 0;  // chunk_size + batch_size
+
+  // Runs one pass. logits receives one row of vocab_size floats per token with want_logits, in
+  // order. Throws Error on a token id outside the vocabulary, a position beyond
+  // sequence_length, or more tokens than max_pass_tokens().
+  virtual void forward(std::span<const BatchToken> tokens, float* logits) = 0;
+
+  // Gives a slot's KV pages from `from_position` on back to the OS.
+  virtual void release_kv(int slot, int64_t from_position) = 0;
+  virtual size_t kv_resident_bytes() const = 0;
+  virtual size_t kv_bytes_per_token() const = 0;
+  virtual size_t weight_bytes() const = 0;
+};
+
+}  // namespace ellm
