@@ -11,6 +11,12 @@ for target in build-fuzz/fuzz/fuzz_*; do
   mkdir -p "$corpus"
   [ -d "fuzz/seeds/$name" ] && cp -n fuzz/seeds/"$name"/* "$corpus"/ 2>/dev/null || true
   echo "-- $name for ${seconds}s"
-  "$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 "$corpus" 2>&1 | grep -E 'stat::number_of_executed_units|ERROR|SUMMARY|Done' || true
-  [ "${PIPESTATUS[0]}" = 0 ] || { echo "fuzz target $name failed"; exit 1; }
+  log=build-fuzz/$name.log
+  if ! "$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
+      -artifact_prefix=build-fuzz/ "$corpus" >"$log" 2>&1; then
+    tail -n 40 "$log"
+    echo "fuzz target $name failed (crash input saved under build-fuzz/)"
+    exit 1
+  fi
+  grep -E 'stat::number_of_executed_units|stat::peak_rss_mb' "$log" | sed "s/^/   /"
 done
