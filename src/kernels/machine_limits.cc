@@ -1,0 +1,87 @@
+#include "kernels/machine_limits.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+
+#include "base/cpu.h"
+#include "base/memory.h"
+#include "base/threads.h"
+
+namespace ellm {
+
+float peak_loop_avx512_bf16(int64_t iterations);
+float peak_loop_avx2_fma(int64_t iterations);
+uint64_t read_stream_avx512(const uint8_t* data, size_t bytes);
+uint64_t read_stream_avx2(const uint8_t* data, size_t bytes);
+
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+uint64_t read_stream_scalar(const uint8_t* data, size_t bytes) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i + 8 <= bytes; i += 8) {
+    uint64_t v;
+    std::memcpy(&v, data + i, 8);
+    sum += v;
+  }
+  return sum;
+}
+
+}  // namespace
+
+double measure_peak_flops(ThreadTeam& team, double seconds) {
+  Isa isa = active_isa();
+  // FLOP per loop iteration: 12 accumulators x 16 lanes x 2 BF16 pairs x 2, or 12 x 8 x 2 (FP32).
+  double flop_per_iteration = isa >= Isa::avx512 ? 12 * 16 * 2 * 2 : 12 * 8 * 2;
+  if (isa == Isa::scalar) return 0;
+  auto run = [&](int64_t iterations) {
+    std::atomic<float> sink{0};
+    double start = now_seconds();
+    team.run([&](int, int) {
+      float v = isa >= Isa::avx512 ? peak_loop_avx512_bf16(iterations) : peak_loop_avx2_fma(iterations);
+      sink.store(v, std::memory_order_relaxed);
+    });
+    return now_seconds() - start;
+  };
+  int64_t iterations = 1 << 16;
+  while (run(iterations) < seconds / 4) iterations *= 2;
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) best = std::min(best, run(iterations));
+  return flop_per_iteration * double(iterations) * team.size() / best;
+}
+
+double measure_read_bandwidth(ThreadTeam& team, size_t bytes, int passes) {
+  bytes = bytes / (4096 * size_t(team.size())) * 4096 * size_t(team.size());
+  Buffer<uint8_t> buffer = make_buffer<uint8_t>(bytes);
+  // Touch every page from its reading thread first, so the pages are committed (and, on NUMA
+  // machines, local to that thread).
+  team.run([&](int member, int n) {
+    auto [begin, end] = split_range(int64_t(bytes), member, n);
+    std::memset(buffer.get() + begin, int(member + 1), size_t(end - begin));
+  });
+  Isa isa = active_isa();
+  std::atomic<uint64_t> sink{0};
+  double best = 1e30;
+  for (int pass = 0; pass < passes; ++pass) {
+    double start = now_seconds();
+    team.run([&](int member, int n) {
+      auto [begin, end] = split_range(int64_t(bytes / 4096), member, n);
+      const uint8_t* part = buffer.get() + begin * 4096;
+      size_t part_bytes = size_t(end - begin) * 4096;
+      uint64_t v = isa >= Isa::avx512 ? read_stream_avx512(part, part_bytes)
+                   : isa == Isa::avx2 ? read_stream_avx2(part, part_bytes)
+                                      : read_stream_scalar(part, part_bytes);
+      sink.fetch_add(v, std::memory_order_relaxed);
+    });
+    best = std::min(best, now_seconds() - start);
+  }
+  return double(bytes) / best;
+}
+
+}  // namespace ellm

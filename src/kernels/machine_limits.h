@@ -1,0 +1,17 @@
+#pragma once
+// The machine's own limits, measured: what `ellm bench` divides achieved figures by.
+#include <cstddef>
+
+namespace ellm {
+
+class ThreadTeam;
+
+// Peak BF16 multiply-accumulate rate of a register-only loop on every member of the team, in
+// FLOP/s (2 per MAC): AVX-512-BF16 dot products (or AVX2 FMA on FP32 where BF16 is missing).
+double measure_peak_flops(ThreadTeam& team, double seconds = 0.3);
+
+// Read bandwidth of all members streaming disjoint parts of a buffer of `bytes` (choose it far
+// beyond the last-level cache), in bytes/s; best of a few passes.
+double measure_read_bandwidth(ThreadTeam& team, size_t bytes = size_t(1) << 30, int passes = 5);
+
+}  // namespace ellm

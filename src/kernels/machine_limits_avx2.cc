@@ -1,0 +1,39 @@
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ellm {
+
+// FP32 FMA peak (no BF16 dot product on AVX2): 2 FLOP per lane per FMA.
+float peak_loop_avx2_fma(int64_t iterations) {
+  __m256 acc[12];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  __m256 a = _mm256_set1_ps(1.0f), b = _mm256_set1_ps(0.5f);
+  for (int64_t i = 0; i < iterations; ++i) {
+    for (auto& x : acc) x = _mm256_fmadd_ps(a, b, x);
+    __asm__ volatile("" : "+x"(a));
+  }
+  __m256 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, acc[i]);
+  float out[8];
+  _mm256_storeu_ps(out, sum);
+  return out[0];
+}
+
+uint64_t read_stream_avx2(const uint8_t* data, size_t bytes) {
+  __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+  size_t i = 0;
+  for (; i + 128 <= bytes; i += 128) {
+    s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i*)(data + i)));
+    s1 = _mm256_add_epi64(s1, _mm256_load_si256((const __m256i*)(data + i + 32)));
+    s2 = _mm256_add_epi64(s2, _mm256_load_si256((const __m256i*)(data + i + 64)));
+    s3 = _mm256_add_epi64(s3, _mm256_load_si256((const __m256i*)(data + i + 96)));
+  }
+  __m256i s = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
+  uint64_t out[4];
+  _mm256_storeu_si256((__m256i*)out, s);
+  return out[0] + out[1] + out[2] + out[3];
+}
+
+}  // namespace ellm
