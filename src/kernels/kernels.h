@@ -88,11 +88,20 @@ struct AttentionShape {
   float scale;  // 1/sqrt(head_dim)
 };
 
-// Scratch floats attention() needs for up to max_seqs sequences, max_tokens queries in a pass.
+// Scratch floats attention() needs for up to max_seqs sequences, max_tokens queries in a pass,
+// with n_members members. The scratch must be zero-filled once when allocated (make_buffer does
+// that); attention() leaves it reusable for the next call.
 size_t attention_scratch_floats(const AttentionShape& shape, int64_t max_tokens, int64_t max_seqs,
                                 int n_members);
 
-// Causal GQA attention for all sequences of a pass, split across members.
+// Causal GQA attention for all sequences of a pass, split across members: call it from every
+// member of a ThreadTeam::run with the same arguments (flash attention, FP32 online softmax; each
+// K/V block serves all query heads of its group). Prefill work is dealt out balanced over the
+// causal triangle. When a pass has too few (sequence, KV head) items for the members (decode of
+// few sequences with long contexts), a sequence's positions are also split across members
+// (flash-decoding); the member that finishes last merges the partial results (an atomic counter
+// in the scratch), so no second call or barrier is needed: out is complete when run() returns.
+// Requires n_heads % n_kv_heads == 0.
 void attention(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& shape,
                float* scratch, int member, int n_members);
 

@@ -1,0 +1,138 @@
+// Matrix products on real Qwen3 shapes, 2 threads, best instruction set (ELLM_ISA lowers it):
+// GFLOP/s for every m, and GB/s of weights streamed for decode-sized m. Plus the register-only
+// vdpbf16ps peak, to read the GEMM figures as a fraction of it.
+//
+//   bench_gemm --benchmark_filter='0.6B'     ELLM_ISA=avx2 bench_gemm ...
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+
+#include <time.h>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/cpu.h"
+#include "base/threads.h"
+#include "kernels/kernels.h"
+
+namespace ellm {
+namespace {
+
+constexpr int kThreads = 2;
+
+ThreadTeam& team() {
+  static ThreadTeam t(kThreads);
+  return t;
+}
+
+double thread_cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + t.tv_nsec * 1e-9;
+}
+
+// Packed weights are cached per shape: packing an 8B FFN matrix takes longer than running it.
+const PackedWeights& weights(int64_t n, int64_t k) {
+  static std::map<std::pair<int64_t, int64_t>, std::unique_ptr<PackedWeights>> cache;
+  auto& slot = cache[{n, k}];
+  if (!slot) {
+    std::vector<bf16> w(size_t(n * k));
+    std::mt19937 rng(1);
+    for (auto& v : w) v = f32_to_bf16(float(int(rng() % 2001) - 1000) / 1000.0f);
+    slot = std::make_unique<PackedWeights>(pack_weights(w.data(), n, k, active_isa()));
+  }
+  return *slot;
+}
+
+void BM_matmul(benchmark::State& state, int64_t n, int64_t k) {
+  int64_t m = state.range(0);
+  const PackedWeights& w = weights(n, k);
+  std::vector<bf16> x(size_t(m * k), f32_to_bf16(0.01f));
+  auto y = make_buffer<float>(size_t(m * n));
+  double cpu_start = thread_cpu_seconds();
+  for (auto _ : state) {
+    team().run([&](int member, int members) {
+      matmul(x.data(), m, k, w, y.get(), n, false, member, members);
+    });
+    benchmark::ClobberMemory();
+  }
+  // On a shared machine wall time includes waiting for a core; member 0's CPU time does not.
+  double core_seconds = (thread_cpu_seconds() - cpu_start) / double(state.iterations());
+  double flops = 2.0 * m * n * k;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["core_GFLOP/s"] = flops / kThreads / core_seconds * 1e-9;
+  if (m <= 8) {
+    state.counters["weights_GB/s"] =
+        benchmark::Counter(double(w.bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["core_GB/s"] = double(w.bytes) / kThreads / core_seconds * 1e-9;
+  }
+  state.SetLabel(isa_name(w.isa));
+}
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+
+const Shape kShapes[] = {
+    {"0.6B/qkv", 2048 + 1024 + 1024, 1024}, {"0.6B/o_proj", 1024, 2048},
+    {"0.6B/gate_up", 3072 * 2, 1024},       {"0.6B/down", 1024, 3072},
+    {"8B/qkv", 4096 + 1024 + 1024, 4096},   {"8B/o_proj", 4096, 4096},
+    {"8B/gate_up", 12288 * 2, 4096},        {"8B/down", 4096, 12288},
+};
+
+// 12 independent vdpbf16ps chains, no memory: 12 x 16 lanes x 2 MACs x 2 FLOP per iteration.
+__attribute__((target("avx512f,avx512bf16"))) float dpbf16_loop(int64_t iterations) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(float(i));
+  __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = a;
+  for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+    __asm__ volatile("" : "+v"(a), "+v"(b));
+  }
+  __m512 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  float lanes[16];
+  _mm512_storeu_ps(lanes, sum);
+  return lanes[0];
+}
+
+void BM_dpbf16_peak(benchmark::State& state) {
+  if (best_isa() < Isa::avx512) return state.SkipWithError("no AVX-512 BF16");
+  int threads = int(state.range(0));
+  constexpr int64_t kIterations = 1 << 20;
+  double cpu_start = thread_cpu_seconds();
+  for (auto _ : state) {
+    if (threads == 1) {
+      benchmark::DoNotOptimize(dpbf16_loop(kIterations));
+    } else {
+      team().run([&](int, int) { benchmark::DoNotOptimize(dpbf16_loop(kIterations)); });
+    }
+  }
+  double flops = double(kIterations) * 12 * 16 * 4;
+  state.counters["GFLOP/s"] = benchmark::Counter(threads * flops * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["core_GFLOP/s"] =
+      flops / ((thread_cpu_seconds() - cpu_start) / double(state.iterations())) * 1e-9;
+}
+
+int register_all() {
+  for (const Shape& s : kShapes) {
+    auto* b = benchmark::RegisterBenchmark((std::string("matmul/") + s.name).c_str(), BM_matmul,
+                                           s.n, s.k);
+    b->ArgName("m")->Arg(1)->Arg(4)->Arg(512)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
+  }
+  benchmark::RegisterBenchmark("dpbf16_peak/threads", BM_dpbf16_peak)->Arg(1)->Arg(kThreads)->UseRealTime();
+  return 0;
+}
+const int registered = register_all();
+
+}  // namespace
+}  // namespace ellm
+
+BENCHMARK_MAIN();

@@ -1,0 +1,209 @@
+// Flash attention driver: splits a pass into work items, runs the per-ISA attention_block over
+// K/V in blocks of kBlockPositions, and merges split (flash-decoding) items.
+//
+// Work item = (sequence, KV head, tile of queries, range of positions). A tile holds kTileRows
+// query rows: tile_queries queries x all `group` query heads sharing the KV head, so each K/V
+// block is read once for the whole group. Items are dealt to members in order by cumulative
+// cost, which balances the causal triangle of a prefill. When a pass has too few items to keep
+// every member busy (decode of few sequences), single-tile sequences are also split along
+// positions into chunks; each chunk leaves a partial (max, sum, unnormalised output) and the
+// member that finishes last merges them.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/isa_kernels.h"
+
+namespace ellm {
+namespace {
+
+constexpr int64_t kTileRows = 32;        // query rows (query x head) per work item
+constexpr int64_t kBlockPositions = 64;  // K/V positions per attention_block call
+constexpr int64_t kMinChunk = 256;       // positions per chunk when splitting a sequence
+constexpr int64_t kMaxChunks = 64;
+constexpr int64_t kHeaderFloats = 16;  // one cache line: the merge counter
+
+using BlockFn = decltype(&scalar::attention_block);
+
+struct Plan {
+  int64_t group;          // query heads per KV head
+  int64_t tile_queries;   // queries per tile
+  int64_t max_rows;       // tile_queries * group
+  int64_t work_floats;    // per-member scratch
+  int64_t partial_floats; // one partial: m, l, acc for max_rows rows
+  int64_t chunk_cap;      // most chunks per split sequence
+};
+
+Plan make_plan(const AttentionShape& s, int n_members) {
+  Plan p;
+  p.group = s.n_heads / s.n_kv_heads;
+  p.tile_queries = std::max<int64_t>(1, kTileRows / p.group);
+  p.max_rows = p.tile_queries * p.group;
+  int64_t work = p.max_rows * (kBlockPositions + 2 + s.head_dim);
+  p.work_floats = (work + 15) / 16 * 16;
+  p.partial_floats = (p.max_rows * (s.head_dim + 2) + 15) / 16 * 16;
+  p.chunk_cap = std::min<int64_t>(kMaxChunks, (4 * n_members + s.n_kv_heads - 1) / s.n_kv_heads);
+  return p;
+}
+
+struct Item {
+  int64_t seq, kv_head, q0, q1, p0, p1;
+  int64_t partial;  // index of its partial slot, or -1 when the item writes `out` directly
+};
+
+// Chunks sequence `seq` is split into (1 = not split).
+int64_t chunks_of(const AttentionSeq& seq, const Plan& plan, bool splitting) {
+  if (!splitting || seq.n_q == 0 || seq.n_q > plan.tile_queries) return 1;
+  int64_t context = seq.q_start + seq.n_q;
+  return std::clamp<int64_t>(context / kMinChunk, 1, plan.chunk_cap);
+}
+
+bool splitting_enabled(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& shape,
+                       const Plan& plan, int n_members) {
+  if (n_members == 1) return false;
+  int64_t items = 0;
+  for (int64_t i = 0; i < n_seqs; ++i)
+    items += (seqs[i].n_q + plan.tile_queries - 1) / plan.tile_queries * shape.n_kv_heads;
+  return items < 4 * n_members;
+}
+
+// Calls fn(item) for every work item of the pass, in a fixed order.
+template <class Fn>
+void for_each_item(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& shape,
+                   const Plan& plan, bool splitting, Fn&& fn) {
+  int64_t partial = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const AttentionSeq& seq = seqs[s];
+    int64_t chunks = chunks_of(seq, plan, splitting);
+    for (int64_t h = 0; h < shape.n_kv_heads; ++h)
+      for (int64_t q0 = 0; q0 < seq.n_q; q0 += plan.tile_queries) {
+        int64_t q1 = std::min(seq.n_q, q0 + plan.tile_queries);
+        int64_t end = seq.q_start + q1;
+        for (int64_t c = 0; c < chunks; ++c) {
+          int64_t p0 = end * c / chunks, p1 = end * (c + 1) / chunks;
+          fn(Item{s, h, q0, q1, p0, p1, chunks > 1 ? partial++ : -1});
+        }
+      }
+  }
+}
+
+int64_t item_cost(const Item& it) { return (it.q1 - it.q0) * (it.p1 - it.p0 + 32); }
+
+void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& shape,
+              const Plan& plan, BlockFn block, float* work, float* partials) {
+  int64_t hd = shape.head_dim, group = plan.group;
+  int64_t rows = (it.q1 - it.q0) * group;
+  float* m = work;
+  float* l = m + plan.max_rows;
+  float* acc = l + plan.max_rows;
+  float* s = acc + plan.max_rows * hd;
+  std::fill(m, m + rows, -INFINITY);
+  std::fill(l, l + rows, 0.0f);
+  std::fill(acc, acc + rows * hd, 0.0f);
+
+  const float* q = seq.q + it.q0 * shape.ldq + it.kv_head * group * hd;
+  const float* k = seq.k + it.kv_head * shape.kv_head_stride;
+  const float* v = seq.v + it.kv_head * shape.kv_head_stride;
+  int64_t first_end = seq.q_start + it.q0 + 1;
+  for (int64_t p = it.p0; p < it.p1; p += kBlockPositions)
+    block(q, shape.ldq, group, rows, first_end, k, v, p, std::min(p + kBlockPositions, it.p1), hd,
+          shape.scale, m, l, acc, s);
+
+  if (it.partial >= 0) {
+    float* dst = partials + it.partial * plan.partial_floats;
+    std::memcpy(dst, m, rows * sizeof(float));
+    std::memcpy(dst + plan.max_rows, l, rows * sizeof(float));
+    std::memcpy(dst + 2 * plan.max_rows, acc, rows * hd * sizeof(float));
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    float* o = seq.out + (it.q0 + r / group) * shape.ldo + (it.kv_head * group + r % group) * hd;
+    float inv = 1.0f / l[r];
+    for (int64_t d = 0; d < hd; ++d) o[d] = acc[r * hd + d] * inv;
+  }
+}
+
+// Combines the chunks of every split sequence into `out`.
+void merge_partials(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& shape,
+                    const Plan& plan, const float* partials) {
+  int64_t hd = shape.head_dim, group = plan.group, first = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const AttentionSeq& seq = seqs[s];
+    int64_t chunks = chunks_of(seq, plan, true);
+    if (chunks == 1) continue;
+    int64_t rows = seq.n_q * group;
+    for (int64_t h = 0; h < shape.n_kv_heads; ++h, first += chunks) {
+      for (int64_t r = 0; r < rows; ++r) {
+        float max = -INFINITY;
+        for (int64_t c = 0; c < chunks; ++c)
+          max = std::max(max, partials[(first + c) * plan.partial_floats + r]);
+        float* o = seq.out + (r / group) * shape.ldo + (h * group + r % group) * hd;
+        std::fill(o, o + hd, 0.0f);
+        float sum = 0;
+        for (int64_t c = 0; c < chunks; ++c) {
+          const float* part = partials + (first + c) * plan.partial_floats;
+          if (part[r] == -INFINITY) continue;  // this chunk lies after the query
+          float weight = std::exp(part[r] - max);
+          sum += part[plan.max_rows + r] * weight;
+          const float* acc = part + 2 * plan.max_rows + r * hd;
+          for (int64_t d = 0; d < hd; ++d) o[d] += acc[d] * weight;
+        }
+        for (int64_t d = 0; d < hd; ++d) o[d] /= sum;
+      }
+    }
+  }
+}
+
+BlockFn block_for(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return scalar::attention_block;
+    case Isa::avx2: return avx2::attention_block;
+    case Isa::avx512:
+    case Isa::amx: return avx512::attention_block;
+  }
+  return scalar::attention_block;
+}
+
+}  // namespace
+
+size_t attention_scratch_floats(const AttentionShape& shape, int64_t max_tokens, int64_t max_seqs,
+                                int n_members) {
+  Plan plan = make_plan(shape, n_members);
+  // Split sequences have one tile each, so at most max_seqs * n_kv_heads * chunk_cap partials.
+  int64_t partials = max_seqs * shape.n_kv_heads * plan.chunk_cap;
+  return size_t(kHeaderFloats + n_members * plan.work_floats + partials * plan.partial_floats);
+}
+
+void attention(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& shape,
+               float* scratch, int member, int n_members) {
+  Plan plan = make_plan(shape, n_members);
+  bool splitting = splitting_enabled(seqs, n_seqs, shape, plan, n_members);
+  BlockFn block = block_for(active_isa());
+  float* work = scratch + kHeaderFloats + member * plan.work_floats;
+  float* partials = scratch + kHeaderFloats + n_members * plan.work_floats;
+
+  int64_t total = 0;
+  for_each_item(seqs, n_seqs, shape, plan, splitting, [&](const Item& it) { total += item_cost(it); });
+  // Member takes the items whose cost midpoint falls in its share [lo, hi) of the total.
+  double lo = double(total) * member / n_members, hi = double(total) * (member + 1) / n_members;
+  int64_t done = 0;
+  bool any_split = false;
+  for_each_item(seqs, n_seqs, shape, plan, splitting, [&](const Item& it) {
+    int64_t cost = item_cost(it);
+    double mid = done + cost * 0.5;
+    done += cost;
+    any_split |= it.partial >= 0;
+    if (mid >= lo && mid < hi) run_item(it, seqs[it.seq], shape, plan, block, work, partials);
+  });
+  if (!any_split) return;
+
+  // The scratch header holds the count of members done; the last one merges and resets it.
+  std::atomic_ref<uint32_t> finished(*reinterpret_cast<uint32_t*>(scratch));
+  if (finished.fetch_add(1, std::memory_order_acq_rel) + 1 == uint32_t(n_members)) {
+    merge_partials(seqs, n_seqs, shape, plan, partials);
+    finished.store(0, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace ellm

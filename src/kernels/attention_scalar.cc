@@ -1,0 +1,41 @@
+// Reference flash-attention step (see isa_kernels.h for the contract).
+#include <cmath>
+
+#include "kernels/isa_kernels.h"
+
+namespace ellm::scalar {
+
+void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
+                     const float* k, const float* v, int64_t p0, int64_t p1, int64_t head_dim,
+                     float scale, float* m, float* l, float* acc, float* s) {
+  int64_t width = p1 - p0;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t visible = std::min(p1, first_end + r / group) - p0;  // positions this row may see
+    if (visible <= 0) continue;
+    const float* qr = q + (r / group) * ldq + (r % group) * head_dim;
+    float* sr = s + r * width;
+    float block_max = -INFINITY;
+    for (int64_t j = 0; j < visible; ++j) {
+      const float* kj = k + (p0 + j) * head_dim;
+      float dot = 0;
+      for (int64_t d = 0; d < head_dim; ++d) dot += qr[d] * kj[d];
+      sr[j] = dot * scale;
+      block_max = std::max(block_max, sr[j]);
+    }
+    float new_max = std::max(m[r], block_max);
+    float correction = std::exp(m[r] - new_max);  // 0 on the first block (m = -inf)
+    float* ar = acc + r * head_dim;
+    for (int64_t d = 0; d < head_dim; ++d) ar[d] *= correction;
+    float sum = 0;
+    for (int64_t j = 0; j < visible; ++j) {
+      float p = std::exp(sr[j] - new_max);
+      sum += p;
+      const float* vj = v + (p0 + j) * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) ar[d] += p * vj[d];
+    }
+    l[r] = l[r] * correction + sum;
+    m[r] = new_max;
+  }
+}
+
+}  // namespace ellm::scalar

@@ -1,0 +1,63 @@
+// Entry points of kernels.h: pick the implementation for the active instruction set. This
+// machine class has no AMX kernels yet (no AMX hardware to test on), so the amx tier runs the
+// AVX-512 BF16 ones.
+#include "base/error.h"
+#include "kernels/isa_kernels.h"
+
+namespace ellm {
+
+#define ELLM_DISPATCH(isa, call)          \
+  switch (isa) {                          \
+    case Isa::scalar: return scalar::call; \
+    case Isa::avx2: return avx2::call;     \
+    case Isa::avx512:                     \
+    case Isa::amx: return avx512::call;   \
+  }
+
+void convert_f32_to_bf16(const float* x, bf16* out, int64_t count) {
+  ELLM_DISPATCH(active_isa(), convert_f32_to_bf16(x, out, count));
+}
+
+void convert_bf16_to_f32(const bf16* x, float* out, int64_t count) {
+  ELLM_DISPATCH(active_isa(), convert_bf16_to_f32(x, out, count));
+}
+
+void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight, float eps,
+             float* out, int64_t ldo) {
+  ELLM_DISPATCH(active_isa(), rmsnorm(x, rows, dim, ldx, weight, eps, out, ldo));
+}
+
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const float* inv_freq) {
+  ELLM_DISPATCH(active_isa(), rope(x, n_heads, head_dim, pos, inv_freq));
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t count) {
+  ELLM_DISPATCH(active_isa(), silu_mul(gate, up, out, count));
+}
+
+PackedWeights pack_weights(const bf16* w, int64_t n, int64_t k, Isa isa) {
+  if (n <= 0 || k <= 0)
+    fail("pack_weights", "empty weight matrix " + std::to_string(n) + "x" + std::to_string(k));
+  PackedWeights out;
+  out.n = n;
+  out.k = k;
+  out.isa = isa;
+  switch (isa) {
+    case Isa::scalar: scalar::pack_weights(w, n, k, out); break;
+    case Isa::avx2: avx2::pack_weights(w, n, k, out); break;
+    case Isa::avx512:
+    case Isa::amx: avx512::pack_weights(w, n, k, out); break;
+  }
+  return out;
+}
+
+// Weights are packed for one instruction set, so the matrix, not active_isa(), decides.
+void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
+            bool accumulate, int member, int n_members) {
+  if (m <= 0) return;
+  ELLM_DISPATCH(w.isa, matmul(x, m, ldx, w, y, ldy, accumulate, member, n_members));
+}
+
+#undef ELLM_DISPATCH
+
+}  // namespace ellm

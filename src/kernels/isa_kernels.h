@@ -1,0 +1,36 @@
+#pragma once
+// Per-instruction-set implementations behind the entry points of kernels.h. Each namespace is
+// compiled in its own files (*_scalar.cc baseline, *_avx2.cc, *_avx512.cc) with matching flags;
+// dispatch.cc picks one at run time. Nothing outside src/kernels includes this header.
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace ellm {
+
+// One flash-attention step for `rows` query rows of one KV head against positions [p0, p1).
+// Row r is query r / group, head r % group of the group: q + (r / group) * ldq + (r % group) *
+// head_dim. It may see positions < first_end + r / group (causal). k, v point at position 0 of
+// the head ([position][head_dim]). Online-softmax state per row: running max m[r], sum l[r],
+// unnormalised output acc[r][head_dim]. s is scratch of rows * (p1 - p0) floats.
+#define ELLM_ISA_KERNELS                                                                          \
+  void convert_f32_to_bf16(const float* x, bf16* out, int64_t count);                             \
+  void convert_bf16_to_f32(const bf16* x, float* out, int64_t count);                             \
+  void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight,        \
+               float eps, float* out, int64_t ldo);                                                \
+  void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const float* inv_freq);     \
+  void silu_mul(const float* gate, const float* up, float* out, int64_t count);                   \
+  void pack_weights(const bf16* w, int64_t n, int64_t k, PackedWeights& out);                     \
+  void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,             \
+              int64_t ldy, bool accumulate, int member, int n_members);                           \
+  void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows,                  \
+                       int64_t first_end, const float* k, const float* v, int64_t p0, int64_t p1, \
+                       int64_t head_dim, float scale, float* m, float* l, float* acc, float* s);
+
+namespace scalar { ELLM_ISA_KERNELS }
+namespace avx2 { ELLM_ISA_KERNELS }
+namespace avx512 { ELLM_ISA_KERNELS }
+
+#undef ELLM_ISA_KERNELS
+
+}  // namespace ellm

@@ -1,0 +1,102 @@
+// AVX2/FMA matrix product. No BF16 arithmetic here: weights widen to FP32 by a 16-bit shift.
+//
+// Packed layout: output columns in blocks of 16; for each k the block's 16 weights side by side:
+//   data[(block * k + kk) * 16 + col] = W[block * 16 + col][kk]   (missing columns zero)
+// A micro-tile is up to kRows rows x 16 columns (12 accumulators). x is widened to FP32 once per
+// (row group, k chunk) into a stack buffer and reused by every column block of the member.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "base/threads.h"
+#include "kernels/isa_kernels.h"
+#include "kernels/vector_math_avx2.h"
+
+namespace ellm::avx2 {
+namespace {
+
+constexpr int kCols = 16;
+constexpr int kRows = 6;
+constexpr int64_t kChunk = 256;                 // k per chunk
+constexpr int64_t kGroupRows = 8 * kRows;       // x group: 48 x 256 floats = 48 KiB of stack
+constexpr int kPrefetchBytes = 1024;
+
+// y[R][cols] (=|+=) xf[R][len] . W-block (w at the chunk's first k).
+template <int R>
+void tile(const float* xf, const bf16* w, int64_t len, float* y, int64_t ldy, int64_t cols,
+          bool load_y) {
+  float edge[R * kCols];  // partial last block: work on a copy of the valid columns
+  float* out = y;
+  int64_t ld = ldy;
+  if (cols < kCols) {
+    out = edge, ld = kCols;
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < kCols; ++c) edge[r * kCols + c] = load_y && c < cols ? y[r * ldy + c] : 0;
+  }
+  __m256 acc[R][2];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = load_y || out == edge ? _mm256_loadu_ps(out + r * ld) : _mm256_setzero_ps();
+    acc[r][1] = load_y || out == edge ? _mm256_loadu_ps(out + r * ld + 8) : _mm256_setzero_ps();
+  }
+  for (int64_t kk = 0; kk < len; ++kk) {
+    const bf16* wk = w + kk * kCols;
+    if (R <= 2) _mm_prefetch(reinterpret_cast<const char*>(wk) + kPrefetchBytes, _MM_HINT_T0);
+    __m256 w0 = bf16x8_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wk)));
+    __m256 w1 = bf16x8_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wk + 8)));
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      __m256 a = _mm256_broadcast_ss(xf + r * kChunk + kk);
+      acc[r][0] = _mm256_fmadd_ps(a, w0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(a, w1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(out + r * ld, acc[r][0]);
+    _mm256_storeu_ps(out + r * ld + 8, acc[r][1]);
+  }
+  if (out == edge)
+    for (int r = 0; r < R; ++r) std::memcpy(y + r * ldy, edge + r * kCols, cols * sizeof(float));
+}
+
+using TileFn = decltype(&tile<1>);
+constexpr TileFn kTiles[kRows + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>};
+
+}  // namespace
+
+void pack_weights(const bf16* w, int64_t n, int64_t k, PackedWeights& out) {
+  int64_t blocks = (n + kCols - 1) / kCols;
+  size_t count = size_t(blocks * k * kCols);
+  out.data = make_buffer<bf16>(count);
+  out.bytes = count * sizeof(bf16);
+  bf16* dst = out.data.get();
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t kk = 0; kk < k; ++kk) dst[((j / kCols) * k + kk) * kCols + j % kCols] = w[j * k + kk];
+}
+
+void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
+            bool accumulate, int member, int n_members) {
+  int64_t blocks = (w.n + kCols - 1) / kCols;
+  auto [b0, b1] = split_range(blocks, member, n_members);
+  if (b0 == b1) return;
+  alignas(32) float xf[kGroupRows * kChunk];
+  for (int64_t c0 = 0; c0 < w.k; c0 += kChunk) {
+    int64_t len = std::min(kChunk, w.k - c0);
+    bool load_y = accumulate || c0 > 0;
+    for (int64_t g0 = 0; g0 < m; g0 += kGroupRows) {
+      int64_t g1 = std::min(m, g0 + kGroupRows);
+      for (int64_t r = g0; r < g1; ++r) convert_bf16_to_f32(x + r * ldx + c0, xf + (r - g0) * kChunk, len);
+      for (int64_t b = b0; b < b1; ++b) {
+        const bf16* panel = w.data.get() + (b * w.k + c0) * kCols;
+        for (int64_t r0 = g0; r0 < g1; r0 += kRows) {
+          int64_t rows = std::min<int64_t>(kRows, g1 - r0);
+          kTiles[rows](xf + (r0 - g0) * kChunk, panel, len, y + r0 * ldy + b * kCols, ldy,
+                       w.n - b * kCols, load_y);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ellm::avx2

@@ -1,0 +1,144 @@
+// Vector element-wise kernels against their scalar twins, on every tier the CPU has.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "test_util.h"
+
+namespace ellm {
+namespace {
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, float rel,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], rel * std::max(1.0f, std::fabs(want[i]))) << what << " at " << i;
+}
+
+const int64_t kCounts[] = {0, 1, 7, 15, 16, 17, 31, 33, 100, 1027};
+
+TEST(Elementwise, ConvertF32ToBf16MatchesScalarBitForBit) {
+  for (int64_t n : kCounts) {
+    auto x = random_floats(n, 1, -1e3f, 1e3f);
+    if (n > 5) {
+      x[0] = NAN, x[1] = INFINITY, x[2] = -INFINITY, x[3] = 1e-40f, x[4] = -0.0f;
+      x[5] = 3.0e38f;  // rounds up to infinity
+    }
+    std::vector<bf16> want(n), got(n);
+    {
+      IsaScope s(Isa::scalar);
+      convert_f32_to_bf16(x.data(), want.data(), n);
+    }
+    for (Isa isa : optimised_isas()) {
+      IsaScope s(isa);
+      std::fill(got.begin(), got.end(), 0xdead);
+      convert_f32_to_bf16(x.data(), got.data(), n);
+      EXPECT_EQ(got, want) << isa_name(isa) << " n=" << n;
+    }
+  }
+}
+
+TEST(Elementwise, RoundingIsNearestEven) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  float halfway;  // 1 + 2^-8: exactly between two bf16 values, rounds to the even one (1.0)
+  uint32_t bits = 0x3f808000u;
+  __builtin_memcpy(&halfway, &bits, 4);
+  EXPECT_EQ(f32_to_bf16(halfway), 0x3f80);
+  bits = 0x3f818000u;  // between 0x3f81 and 0x3f82: rounds to even 0x3f82
+  __builtin_memcpy(&halfway, &bits, 4);
+  EXPECT_EQ(f32_to_bf16(halfway), 0x3f82);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
+}
+
+TEST(Elementwise, ConvertBf16ToF32IsExact) {
+  for (int64_t n : kCounts) {
+    auto x = random_bf16(n, 2, -50, 50);
+    for (Isa isa : supported_isas()) {
+      IsaScope s(isa);
+      std::vector<float> got(n);
+      convert_bf16_to_f32(x.data(), got.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], bf16_to_f32(x[i])) << isa_name(isa);
+    }
+  }
+}
+
+TEST(Elementwise, RmsnormMatchesScalar) {
+  for (int64_t dim : {1, 5, 16, 33, 128, 1000}) {
+    int64_t rows = 3, ldx = dim + 3, ldo = dim + 1;
+    auto x = random_floats(rows * ldx, 3, -4, 4);
+    auto w = random_floats(dim, 4, 0.5f, 1.5f);
+    std::vector<float> want(rows * ldo);
+    {
+      IsaScope s(Isa::scalar);
+      rmsnorm(x.data(), rows, dim, ldx, w.data(), 1e-6f, want.data(), ldo);
+    }
+    // Check the reference itself on row 0.
+    double ss = 0;
+    for (int64_t i = 0; i < dim; ++i) ss += double(x[i]) * x[i];
+    EXPECT_NEAR(want[0], x[0] / std::sqrt(ss / dim + 1e-6) * w[0], 1e-5);
+    for (Isa isa : optimised_isas()) {
+      IsaScope s(isa);
+      std::vector<float> got(rows * ldo);
+      rmsnorm(x.data(), rows, dim, ldx, w.data(), 1e-6f, got.data(), ldo);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < dim; ++i)
+          ASSERT_NEAR(got[r * ldo + i], want[r * ldo + i], 1e-5f * std::fabs(want[r * ldo + i]) + 1e-6f)
+              << isa_name(isa) << " dim=" << dim;
+      // In place.
+      std::vector<float> inplace = x;
+      rmsnorm(inplace.data(), rows, dim, ldx, w.data(), 1e-6f, inplace.data(), ldx);
+      for (int64_t i = 0; i < dim; ++i)
+        ASSERT_NEAR(inplace[ldx + i], want[ldo + i], 1e-5f * std::fabs(want[ldo + i]) + 1e-6f);
+    }
+  }
+}
+
+TEST(Elementwise, RopeMatchesScalar) {
+  for (int64_t head_dim : {2, 8, 64, 128}) {
+    std::vector<float> inv_freq(head_dim / 2);
+    for (int64_t i = 0; i < head_dim / 2; ++i)
+      inv_freq[i] = std::pow(1e6f, -2.0f * i / head_dim);
+    for (int64_t pos : {0, 1, 37, 40000}) {
+      int64_t heads = 3;
+      auto x = random_floats(heads * head_dim, 5);
+      auto want = x;
+      {
+        IsaScope s(Isa::scalar);
+        rope(want.data(), heads, head_dim, pos, inv_freq.data());
+      }
+      // Rotation keeps each pair's length.
+      float a = x[0], b = x[head_dim / 2];
+      EXPECT_NEAR(want[0] * want[0] + want[head_dim / 2] * want[head_dim / 2], a * a + b * b, 1e-5);
+      if (pos == 0) expect_close(want, x, 0, "rope at 0 is identity");
+      for (Isa isa : optimised_isas()) {
+        IsaScope s(isa);
+        auto got = x;
+        rope(got.data(), heads, head_dim, pos, inv_freq.data());
+        expect_close(got, want, 1e-5f, std::string("rope ") + isa_name(isa));
+      }
+    }
+  }
+}
+
+TEST(Elementwise, SiluMulMatchesScalar) {
+  for (int64_t n : kCounts) {
+    auto g = random_floats(n, 6, -30, 30), u = random_floats(n, 7, -3, 3);
+    if (n > 3) g[0] = -100, g[1] = 100, g[2] = 0, g[3] = -88;
+    std::vector<float> want(n);
+    {
+      IsaScope s(Isa::scalar);
+      silu_mul(g.data(), u.data(), want.data(), n);
+    }
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_NEAR(want[i], g[i] / (1 + std::exp(-double(g[i]))) * u[i], 1e-5 * std::max(1.0f, std::fabs(want[i])));
+    for (Isa isa : optimised_isas()) {
+      IsaScope s(isa);
+      std::vector<float> got(n);
+      silu_mul(g.data(), u.data(), got.data(), n);
+      expect_close(got, want, 2e-6f, std::string("silu_mul ") + isa_name(isa));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ellm

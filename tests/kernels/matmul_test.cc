@@ -1,0 +1,112 @@
+// Matrix products on every tier against a double-precision reference computed from the same BF16
+// inputs; odd shapes hit every tail of the packed layouts and tiles.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "base/error.h"
+#include "base/threads.h"
+#include "test_util.h"
+
+namespace ellm {
+namespace {
+
+struct Case {
+  int64_t m, n, k;
+};
+
+// y_ref[i][j] = sum_k x[i][k] * w[j][k] in double, plus the sum of |products| for the tolerance.
+void reference(const std::vector<bf16>& x, int64_t ldx, const std::vector<bf16>& w, Case c,
+               std::vector<double>& y, std::vector<double>& magnitude) {
+  y.assign(c.m * c.n, 0);
+  magnitude.assign(c.m * c.n, 0);
+  for (int64_t i = 0; i < c.m; ++i)
+    for (int64_t j = 0; j < c.n; ++j)
+      for (int64_t kk = 0; kk < c.k; ++kk) {
+        double p = double(bf16_to_f32(x[i * ldx + kk])) * bf16_to_f32(w[j * c.k + kk]);
+        y[i * c.n + j] += p;
+        magnitude[i * c.n + j] += std::fabs(p);
+      }
+}
+
+void check(Isa isa, Case c, int n_members, bool accumulate, ThreadTeam* team) {
+  int64_t ldx = c.k + 5, ldy = c.n + 3;
+  auto x = random_bf16(c.m * ldx, uint32_t(c.m * 31 + c.k));
+  auto w = random_bf16(c.n * c.k, uint32_t(c.n * 17 + c.k), -2, 2);
+  std::vector<double> want, magnitude;
+  reference(x, ldx, w, c, want, magnitude);
+  PackedWeights packed = pack_weights(w.data(), c.n, c.k, isa);
+  ASSERT_GE(packed.bytes, size_t(c.n * c.k * 2));
+
+  const float kSentinel = 12345.0f, kStart = 0.5f;
+  std::vector<float> y(c.m * ldy, kSentinel);
+  for (int64_t i = 0; i < c.m; ++i)
+    for (int64_t j = 0; j < c.n; ++j) y[i * ldy + j] = accumulate ? kStart : kSentinel;
+  if (team)
+    team->run([&](int member, int n) {
+      matmul(x.data(), c.m, ldx, packed, y.data(), ldy, accumulate, member, n);
+    });
+  else
+    for (int member = 0; member < n_members; ++member)
+      matmul(x.data(), c.m, ldx, packed, y.data(), ldy, accumulate, member, n_members);
+
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double expect = want[i * c.n + j] + (accumulate ? kStart : 0);
+      double tol = 1e-6 * magnitude[i * c.n + j] + 1e-6;
+      ASSERT_NEAR(y[i * ldy + j], expect, tol)
+          << isa_name(isa) << " m=" << c.m << " n=" << c.n << " k=" << c.k << " at " << i << ","
+          << j << " members=" << n_members;
+    }
+    for (int64_t j = c.n; j < ldy; ++j)
+      ASSERT_EQ(y[i * ldy + j], kSentinel) << "wrote past n, " << isa_name(isa);
+  }
+}
+
+TEST(Matmul, SmallAndOddShapesOnEveryTier) {
+  const Case cases[] = {{1, 1, 1},    {1, 16, 2},   {1, 17, 3},   {2, 33, 31},  {3, 32, 64},
+                        {4, 100, 65}, {5, 31, 129}, {7, 64, 130}, {8, 48, 257}, {1, 1000, 64},
+                        {13, 70, 33}, {12, 64, 96}, {25, 97, 45}, {31, 130, 7}};
+  for (Isa isa : supported_isas())
+    for (Case c : cases)
+      for (int members : {1, 3}) check(isa, c, members, /*accumulate=*/members == 3, nullptr);
+}
+
+TEST(Matmul, LargeShapesCrossCacheBlocks) {
+  // m above a row tile block and k above a k block, both with tails.
+  for (Isa isa : supported_isas()) {
+    check(isa, {200, 70, 1031}, 2, false, nullptr);
+    check(isa, {2, 300, 2053}, 4, true, nullptr);
+  }
+}
+
+TEST(Matmul, ThreadTeamCoversAllColumns) {
+  ThreadTeam team(3, /*pin=*/false);
+  for (Isa isa : supported_isas()) {
+    check(isa, {1, 200, 128}, 3, false, &team);
+    check(isa, {40, 77, 100}, 3, true, &team);
+  }
+}
+
+TEST(Matmul, TiersAgreeWithScalarTwin) {
+  Case c{9, 50, 300};
+  auto x = random_bf16(c.m * c.k, 11);
+  auto w = random_bf16(c.n * c.k, 12);
+  std::vector<float> want(c.m * c.n);
+  PackedWeights ref = pack_weights(w.data(), c.n, c.k, Isa::scalar);
+  matmul(x.data(), c.m, c.k, ref, want.data(), c.n, false, 0, 1);
+  for (Isa isa : optimised_isas()) {
+    PackedWeights p = pack_weights(w.data(), c.n, c.k, isa);
+    std::vector<float> got(c.m * c.n);
+    matmul(x.data(), c.m, c.k, p, got.data(), c.n, false, 0, 1);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4) << isa_name(isa);
+  }
+}
+
+TEST(Matmul, RejectsEmptyMatrix) {
+  bf16 w = 0;
+  EXPECT_THROW(pack_weights(&w, 0, 4, Isa::scalar), Error);
+}
+
+}  // namespace
+}  // namespace ellm
