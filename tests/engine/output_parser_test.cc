@@ -1,0 +1,381 @@
+// OutputParser: every case is parsed whole, byte by byte, code point by code point and in random
+// chunks; all must give the same exact result, and the streamed deltas must add up to it.
+#include "engine/output_parser.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "base/error.h"
+#include "engine/tool_parser.h"
+
+namespace ellm {
+namespace {
+
+using nlohmann::json;
+
+struct Options {
+  ToolCallFormat format = ToolCallFormat::hermes_json;
+  bool reasoning = true;
+  bool starts_in_reasoning = false;
+  json tools = nullptr;
+};
+
+struct Expected {
+  std::string content, reasoning;
+  std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
+};
+
+const json kWeatherTools = json::parse(R"([
+  {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}},
+  {"type": "function", "function": {"name": "write_file", "parameters": {"type": "object",
+    "properties": {"path": {"type": "string"}, "content": {"type": "string"},
+                   "mode": {"type": "integer"}, "ratio": {"type": "number"},
+                   "force": {"type": "boolean"}, "options": {"type": "object"},
+                   "tags": {"type": "array"}, "limit": {"type": ["integer", "null"]}}}}}
+])");
+
+// Splits text into pieces: whole, every byte, every UTF-8 code point, and random chunks.
+std::vector<std::vector<std::string>> splits(const std::string& text) {
+  std::vector<std::vector<std::string>> all;
+  all.push_back({text});
+  std::vector<std::string> bytes, code_points;
+  for (char c : text) bytes.emplace_back(1, c);
+  for (size_t i = 0; i < text.size();) {
+    size_t n = 1;
+    while (i + n < text.size() && (static_cast<unsigned char>(text[i + n]) & 0xC0) == 0x80) ++n;
+    code_points.push_back(text.substr(i, n));
+    i += n;
+  }
+  all.push_back(bytes);
+  all.push_back(code_points);
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937 rng(seed);
+    std::vector<std::string> chunks;
+    for (size_t i = 0; i < text.size();) {
+      size_t n = std::uniform_int_distribution<size_t>(0, 12)(rng);
+      chunks.push_back(text.substr(i, n));
+      i += n;
+    }
+    all.push_back(chunks);
+  }
+  return all;
+}
+
+// Runs one split through a parser; checks the deltas add up to result(); returns the result.
+ParsedOutput run(const Options& options, const std::vector<std::string>& chunks) {
+  OutputParser parser(options.format, options.reasoning, options.starts_in_reasoning,
+                      options.tools);
+  ParsedOutput streamed;
+  auto add = [&](const OutputDelta& delta) {
+    streamed.content += delta.content;
+    streamed.reasoning += delta.reasoning;
+    for (const auto& call : delta.tool_calls) {
+      if (call.index == static_cast<int>(streamed.tool_calls.size())) {
+        EXPECT_FALSE(call.id.empty());
+        EXPECT_FALSE(call.name.empty());
+        streamed.tool_calls.push_back({call.id, call.name, ""});
+      } else {
+        EXPECT_EQ(call.index + 1, static_cast<int>(streamed.tool_calls.size()));
+        EXPECT_TRUE(call.id.empty() && call.name.empty());
+      }
+      streamed.tool_calls.at(call.index).arguments += call.arguments;
+    }
+  };
+  for (const auto& chunk : chunks) add(parser.push(chunk));
+  add(parser.finish());
+  const ParsedOutput& result = parser.result();
+  EXPECT_EQ(streamed.content, result.content);
+  EXPECT_EQ(streamed.reasoning, result.reasoning);
+  EXPECT_EQ(streamed.tool_calls.size(), result.tool_calls.size());
+  for (size_t i = 0; i < std::min(streamed.tool_calls.size(), result.tool_calls.size()); ++i) {
+    EXPECT_EQ(streamed.tool_calls[i].id, result.tool_calls[i].id);
+    EXPECT_EQ(streamed.tool_calls[i].name, result.tool_calls[i].name);
+    EXPECT_EQ(streamed.tool_calls[i].arguments, result.tool_calls[i].arguments);
+  }
+  return result;
+}
+
+void expect_parse(const std::string& text, const Options& options, const Expected& expected) {
+  for (const auto& chunks : splits(text)) {
+    SCOPED_TRACE("split into " + std::to_string(chunks.size()) + " pieces");
+    ParsedOutput result = run(options, chunks);
+    EXPECT_EQ(result.content, expected.content);
+    EXPECT_EQ(result.reasoning, expected.reasoning);
+    ASSERT_EQ(result.tool_calls.size(), expected.calls.size());
+    for (size_t i = 0; i < expected.calls.size(); ++i) {
+      EXPECT_EQ(result.tool_calls[i].name, expected.calls[i].first);
+      EXPECT_EQ(result.tool_calls[i].arguments, expected.calls[i].second);
+      EXPECT_TRUE(json::accept(result.tool_calls[i].arguments));
+    }
+    if (::testing::Test::HasFailure()) return;  // one report per case is enough
+  }
+}
+
+std::string hermes(const std::string& name, const std::string& arguments) {
+  return "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + arguments +
+         "}\n</tool_call>";
+}
+
+// ---- plain text and reasoning ----
+
+TEST(OutputParser, PlainTextPassesThroughUnchanged) {
+  std::string text = "Hello, world!\n\n  Indented <b>bold</b> a < b > c\n";
+  expect_parse(text, {ToolCallFormat::none, false}, {text, "", {}});
+  expect_parse(text, {}, {text, "", {}});
+  expect_parse("\n\n", {}, {"\n\n", "", {}});
+  expect_parse("", {}, {"", "", {}});
+}
+
+TEST(OutputParser, ThinkBlockGoesToReasoning) {
+  expect_parse("<think>\nThe user greets me.\nI greet back.\n</think>\n\nHello! 👋",
+               {}, {"Hello! 👋", "The user greets me.\nI greet back.", {}});
+  expect_parse("<think>\n\n</think>\n\nShort.", {}, {"Short.", "", {}});
+}
+
+TEST(OutputParser, StartsInReasoning) {
+  Options options;
+  options.starts_in_reasoning = true;
+  expect_parse("Let me think: 2+2=4.\n</think>\n\nIt is 4.", options,
+               {"It is 4.", "Let me think: 2+2=4.", {}});
+}
+
+TEST(OutputParser, CutOffReasoningStaysReasoning) {
+  expect_parse("<think>\nStill thinking about </thi", {}, {"", "Still thinking about </thi", {}});
+}
+
+TEST(OutputParser, ThinkTagsAreTextWhenReasoningIsOffOrMidContent) {
+  std::string text = "<think>x</think>y";
+  expect_parse(text, {ToolCallFormat::hermes_json, false}, {text, "", {}});
+  expect_parse("Answer: <think>x</think>", {}, {"Answer: <think>x</think>", "", {}});
+  expect_parse("  <thin", {}, {"  <thin", "", {}});
+}
+
+// ---- hermes (Qwen3) ----
+
+TEST(HermesToolCalls, SingleCall) {
+  expect_parse(hermes("get_weather", R"({"city": "Paris", "days": 3})"), {},
+               {"", "", {{"get_weather", R"({"city":"Paris","days":3})"}}});
+}
+
+TEST(HermesToolCalls, TextBeforeAndAfterAndSeveralCalls) {
+  std::string text = "Let me check both.\n\n" + hermes("get_weather", R"({"city": "Paris"})") +
+                     "\n" + hermes("get_weather", R"({"city": "Tōkyō 東京"})") +
+                     "\n\nDone.";
+  expect_parse(text, {ToolCallFormat::hermes_json, true, false, kWeatherTools},
+               {"Let me check both.\n\nDone.", "",
+                {{"get_weather", R"({"city":"Paris"})"},
+                 {"get_weather", R"({"city":"Tōkyō 東京"})"}}});
+}
+
+TEST(HermesToolCalls, NestedJsonKeepsKeyOrderAndEscapes) {
+  std::string arguments =
+      R"({"zeta": {"list": [1, 2.5, {"deep": [true, null]}], "s": "quote \" and <tool_call> \n"}, "alpha": -7})";
+  expect_parse(hermes("write_file", arguments), {},
+               {"", "", {{"write_file",
+                  R"({"zeta":{"list":[1,2.5,{"deep":[true,null]}],"s":"quote \" and <tool_call> \n"},"alpha":-7})"}}});
+}
+
+TEST(HermesToolCalls, ArgumentsAsJsonStringOrMissing) {
+  expect_parse(R"(<tool_call>{"name": "f", "arguments": "{\"x\": 1}"}</tool_call>)", {},
+               {"", "", {{"f", R"({"x":1})"}}});
+  expect_parse(R"(<tool_call>{"name": "f"}</tool_call>)", {}, {"", "", {{"f", "{}"}}});
+}
+
+TEST(HermesToolCalls, ThinkThenCall) {
+  std::string text = "<think>\nI need the weather.\n</think>\n\n" +
+                     hermes("get_weather", R"({"city": "Oslo"})");
+  expect_parse(text, {}, {"", "I need the weather.", {{"get_weather", R"({"city":"Oslo"})"}}});
+}
+
+TEST(HermesToolCalls, CallInsideReasoningIsReasoning) {
+  std::string inner = hermes("get_weather", R"({"city": "Oslo"})");
+  expect_parse("<think>\nMaybe " + inner + "\n</think>\n\nNo.", {}, {"No.", "Maybe " + inner, {}});
+}
+
+TEST(HermesToolCalls, CompleteCallMissingOnlyItsClosingTag) {
+  expect_parse("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n", {},
+               {"", "", {{"f", R"({"a":1})"}}});
+}
+
+TEST(HermesToolCalls, MalformedFallsBackToVerbatimText) {
+  // Cut off mid-call.
+  std::string cut = "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"argu";
+  expect_parse(cut, {}, {cut, "", {}});
+  // Invalid JSON, then more text.
+  std::string bad = "A\n<tool_call>\n{name: get_weather}\n</tool_call>\nB";
+  expect_parse(bad, {}, {bad, "", {}});
+  // Arguments that are not an object.
+  std::string not_object = R"(<tool_call>{"name": "f", "arguments": [1]}</tool_call>)";
+  expect_parse(not_object, {}, {not_object, "", {}});
+  // A partial opening tag at the very end.
+  expect_parse("Hello <tool_ca", {}, {"Hello <tool_ca", "", {}});
+}
+
+TEST(HermesToolCalls, UnknownFunctionIsTextWhenToolsAreGiven) {
+  std::string text = hermes("rm_rf", R"({"path": "/"})");
+  expect_parse(text, {ToolCallFormat::hermes_json, true, false, kWeatherTools}, {text, "", {}});
+  expect_parse(text, {}, {"", "", {{"rm_rf", R"({"path":"/"})"}}});  // no tools: no check
+}
+
+TEST(HermesToolCalls, ValidCallAfterInvalidOne) {
+  std::string bad = "<tool_call>{oops}</tool_call>";
+  expect_parse(bad + "\n" + hermes("f", "{}"), {}, {bad, "", {{"f", "{}"}}});
+}
+
+TEST(HermesToolCalls, FormatNoneLeavesCallsAsText) {
+  std::string text = hermes("f", "{}");
+  expect_parse(text, {ToolCallFormat::none}, {text, "", {}});
+}
+
+// ---- Qwen3-Coder XML ----
+
+Options coder(json tools = kWeatherTools) {
+  return {ToolCallFormat::qwen3_coder_xml, true, false, std::move(tools)};
+}
+
+TEST(CoderToolCalls, SingleCallWithStringParameter) {
+  expect_parse(
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco\n</parameter>\n"
+      "<parameter=days>\n5\n</parameter>\n</function>\n</tool_call>",
+      coder(), {"", "", {{"get_weather", R"({"city":"San Francisco","days":5})"}}});
+}
+
+TEST(CoderToolCalls, ParameterTypesFollowTheSchema) {
+  expect_parse(
+      "<tool_call>\n<function=write_file>\n"
+      "<parameter=path>\n123\n</parameter>\n"
+      "<parameter=mode>\n644\n</parameter>\n"
+      "<parameter=ratio>\n0.25\n</parameter>\n"
+      "<parameter=force>\nTrue\n</parameter>\n"
+      "<parameter=options>\n{\"b\": [1, {\"c\": null}], \"a\": \"x\"}\n</parameter>\n"
+      "<parameter=tags>\n[\"x\", \"y\"]\n</parameter>\n"
+      "<parameter=limit>\nnull\n</parameter>\n"
+      "<parameter=extra>\n42\n</parameter>\n"
+      "</function>\n</tool_call>",
+      coder(),
+      {"", "", {{"write_file",
+         R"({"path":"123","mode":644,"ratio":0.25,"force":true,"options":{"b":[1,{"c":null}],"a":"x"},"tags":["x","y"],"limit":null,"extra":"42"})"}}});
+}
+
+TEST(CoderToolCalls, MultiLineStringKeepsInnerNewlinesAndMarkup) {
+  std::string code = "def f():\n    return \"<div>ü</div>\"\n\n";
+  expect_parse("I'll write it.\n<tool_call>\n<function=write_file>\n<parameter=path>\n/tmp/a.py\n"
+               "</parameter>\n<parameter=content>\n" + code + "\n</parameter>\n</function>\n"
+               "</tool_call>",
+               coder(),
+               {"I'll write it.", "",
+                {{"write_file", nlohmann::ordered_json({{"path", "/tmp/a.py"}, {"content", code}}).dump()}}});
+}
+
+TEST(CoderToolCalls, SeveralCallsAndReasoning) {
+  std::string call_a =
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+      "</tool_call>";
+  std::string call_b =
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n"
+      "</tool_call>";
+  expect_parse("<think>\nTwo cities.\n</think>\n\n" + call_a + "\n" + call_b, coder(),
+               {"", "Two cities.",
+                {{"get_weather", R"({"city":"Paris"})"}, {"get_weather", R"({"city":"Rome"})"}}});
+}
+
+TEST(CoderToolCalls, MissingParameterCloseTagAndNoParameters) {
+  expect_parse("<tool_call>\n<function=get_weather>\n<parameter=city>\nLima\n<parameter=days>\n2\n"
+               "</function>\n</tool_call>",
+               coder(), {"", "", {{"get_weather", R"({"city":"Lima","days":2})"}}});
+  expect_parse("<tool_call>\n<function=ping>\n</function>\n</tool_call>", coder(nullptr),
+               {"", "", {{"ping", "{}"}}});
+}
+
+TEST(CoderToolCalls, MalformedFallsBackToVerbatimText) {
+  std::string cut = "Hm.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar";
+  expect_parse(cut, coder(), {cut, "", {}});
+  std::string unknown =
+      "<tool_call>\n<function=launch>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>";
+  expect_parse(unknown + " ok", coder(), {unknown + " ok", "", {}});
+  std::string no_function = "<tool_call>\nget_weather(city=Paris)\n</tool_call>";
+  expect_parse(no_function, coder(), {no_function, "", {}});
+}
+
+TEST(CoderToolCalls, ParameterValueConversion) {
+  EXPECT_EQ(convert_parameter_value("5.0", "number"), 5);
+  EXPECT_EQ(convert_parameter_value("-1.5e2", "number"), -150);
+  EXPECT_EQ(convert_parameter_value("1.5", "float"), 1.5);
+  EXPECT_EQ(convert_parameter_value("nan", "number"), "nan");
+  EXPECT_EQ(convert_parameter_value("12", "integer"), 12);
+  EXPECT_EQ(convert_parameter_value("+12", "int"), 12);
+  EXPECT_EQ(convert_parameter_value("twelve", "integer"), "twelve");
+  EXPECT_EQ(convert_parameter_value("1.5", "integer"), "1.5");
+  EXPECT_EQ(convert_parameter_value("FALSE", "boolean"), false);
+  EXPECT_EQ(convert_parameter_value("maybe", "boolean"), "maybe");
+  EXPECT_TRUE(convert_parameter_value("NULL", "string").is_null());
+  EXPECT_EQ(convert_parameter_value("{\"a\": 1}", "object"), json::parse("{\"a\": 1}"));
+  EXPECT_EQ(convert_parameter_value("[1, ", "array"), "[1, ");
+  EXPECT_EQ(convert_parameter_value(" 42 ", "string"), " 42 ");
+}
+
+// ---- ids, formats, lifecycle ----
+
+TEST(OutputParser, CallIdsAreUniqueAndWellFormed) {
+  OutputParser parser(ToolCallFormat::hermes_json, true, false, nullptr);
+  parser.push(hermes("a", "{}") + hermes("b", "{}") + hermes("c", "{}"));
+  parser.finish();
+  const auto& calls = parser.result().tool_calls;
+  ASSERT_EQ(calls.size(), 3u);
+  for (const auto& call : calls) {
+    ASSERT_EQ(call.id.size(), 5u + 24u);
+    EXPECT_EQ(call.id.substr(0, 5), "call_");
+    for (char c : call.id.substr(5)) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(c)));
+  }
+  EXPECT_NE(calls[0].id, calls[1].id);
+  EXPECT_NE(calls[1].id, calls[2].id);
+}
+
+TEST(OutputParser, PushAfterFinishIsIgnored) {
+  OutputParser parser(ToolCallFormat::hermes_json, true, false, nullptr);
+  parser.push("a");
+  parser.finish();
+  EXPECT_TRUE(parser.push("b").empty());
+  EXPECT_TRUE(parser.finish().empty());
+  EXPECT_EQ(parser.result().content, "a");
+}
+
+TEST(OutputParser, FormatByName) {
+  EXPECT_EQ(tool_call_format_by_name("hermes"), ToolCallFormat::hermes_json);
+  EXPECT_EQ(tool_call_format_by_name("qwen3"), ToolCallFormat::hermes_json);
+  EXPECT_EQ(tool_call_format_by_name("qwen3_coder"), ToolCallFormat::qwen3_coder_xml);
+  EXPECT_EQ(tool_call_format_by_name("none"), ToolCallFormat::none);
+  EXPECT_THROW(tool_call_format_by_name("mistral"), Error);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+TEST(OutputParser, FormatDetectedFromTheSharedTemplates) {
+  std::string shared = ELLM_SHARED;
+  std::string qwen3 = read_text(shared + "/text/qwen3/chat_template.jinja");
+  std::string coder = read_text(shared + "/text/qwen3-coder/chat_template.jinja");
+  ASSERT_FALSE(qwen3.empty());
+  ASSERT_FALSE(coder.empty());
+  EXPECT_EQ(detect_tool_call_format(qwen3), ToolCallFormat::hermes_json);
+  EXPECT_EQ(detect_tool_call_format(coder), ToolCallFormat::qwen3_coder_xml);
+  EXPECT_EQ(detect_tool_call_format("{{ messages }}"), ToolCallFormat::none);
+}
+
+TEST(OutputParser, PromptOpensReasoning) {
+  EXPECT_TRUE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n"));
+  EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n"));
+  EXPECT_FALSE(prompt_opens_reasoning(""));
+}
+
+}  // namespace
+}  // namespace ellm
