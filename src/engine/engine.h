@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,10 @@ struct TokenLogprob {
   std::vector<std::pair<int32_t, float>> top;  // best alternatives, best first
 };
 
-// One event of a request: a text delta (possibly empty text with new ids), or the end.
+// One event of a request: a text delta (possibly empty text with new ids), or the end. The end
+// event carries no text or ids, only the reason and the counts; every request gets exactly one.
+// Stop tokens (eos, stop_token_ids) and stop strings never appear in text or ids, but a stop
+// token counts in completion_tokens.
 struct StreamEvent {
   std::string text;                  // newly completed text (never a broken UTF-8 character)
   std::vector<int32_t> ids;          // tokens generated since the previous event
@@ -82,6 +86,9 @@ struct EngineOptions {
   int64_t max_queue = 64;  // requests waiting for a slot beyond this get QueueFull
   std::vector<int32_t> eos_token_ids;  // from generation_config.json
   SamplingParams default_sampling;     // from generation_config.json
+  // Testing hook: when non-empty, every request "samples" these tokens in order, then stops
+  // as at eos, so output parsing can be tested end to end deterministically.
+  std::vector<int32_t> scripted_output;
 };
 
 struct QueueFull : std::runtime_error {

@@ -1,0 +1,354 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "base/error.h"
+#include "base/log.h"
+
+namespace ellm {
+namespace {
+
+EngineMetrics::Histogram histogram(std::vector<double> bounds) {
+  EngineMetrics::Histogram h;
+  h.counts.assign(bounds.size() + 1, 0);
+  h.bounds = std::move(bounds);
+  return h;
+}
+
+void observe(EngineMetrics::Histogram& h, double seconds) {
+  for (size_t i = 0; i < h.bounds.size(); ++i)
+    if (seconds <= h.bounds[i]) ++h.counts[i];
+  ++h.counts.back();
+  h.sum += seconds;
+  ++h.count;
+}
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+bool contains(const std::vector<int32_t>& ids, int32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+StreamEvent end_event(const std::string& reason, const std::string& error) {
+  StreamEvent event;
+  event.finished = true;
+  event.finish_reason = reason;
+  event.error = error;
+  return event;
+}
+
+std::string mib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1024.0 * 1024.0));
+  return text;
+}
+
+}  // namespace
+
+ActiveRequest::ActiveRequest(const Tokenizer& tokenizer, QueuedRequest&& queued,
+                             int64_t cached_tokens)
+    : request(std::move(queued.request)),
+      stream(std::move(queued.stream)),
+      prompt_len(int64_t(request.prompt.size())),
+      max_new(queued.max_new),
+      cached(cached_tokens),
+      detokenizer(tokenizer, request.skip_special_tokens),
+      submitted(queued.submitted) {
+  sequence.reserve(prompt_len + max_new);
+  sequence = request.prompt;
+  stop.reset(request.stop);
+}
+
+Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
+    : model_(model),
+      tokenizer_(tokenizer),
+      options_(options),
+      sequence_length_(model.limits().sequence_length),
+      vocab_size_(model.vocab_size()),
+      chunk_size_(model.limits().chunk_size > 0 ? model.limits().chunk_size
+                                                : model.limits().sequence_length),
+      budget_positions_(model.limits().kv_memory_bytes > 0 && model.kv_bytes_per_token() > 0
+                            ? int64_t(model.limits().kv_memory_bytes / model.kv_bytes_per_token())
+                            : INT64_MAX) {
+  const int64_t n_slots = model.limits().batch_size;
+  for (int64_t i = 0; i < n_slots; ++i) {
+    Slot slot;
+    slot.index = int(i);
+    slot.tokens.reserve(sequence_length_);
+    slots_.push_back(std::move(slot));
+    samplers_.emplace_back(vocab_size_, sequence_length_);
+  }
+  active_.resize(n_slots);
+  batch_.reserve(model.max_pass_tokens());
+  parts_.reserve(n_slots);
+  logits_.resize(size_t(n_slots) * vocab_size_);
+  idle_slots_ = int(n_slots);
+
+  const std::vector<double> latency = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
+                                       0.5,   0.75,  1.0,  2.5,  5.0,  7.5,  10,   20,  40,  80};
+  local_metrics_.time_to_first_token = histogram(latency);
+  local_metrics_.inter_token_latency = histogram(latency);
+  local_metrics_.e2e_latency = histogram(latency);
+  local_metrics_.kv_budget_bytes = model.limits().kv_memory_bytes;
+  metrics_ = local_metrics_;
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void Scheduler::enqueue(QueuedRequest request) {
+  {
+    std::lock_guard lock(mutex_);
+    // Requests that will find an idle slot at the next step do not count as waiting.
+    if (int64_t(queue_.size()) >= options_.max_queue + idle_slots_)
+      throw QueueFull("the request queue is full (" + std::to_string(options_.max_queue) +
+                      " waiting); retry later");
+    queue_.push_back(std::move(request));
+  }
+  wake_.notify_one();
+}
+
+EngineMetrics Scheduler::metrics() const {
+  std::lock_guard lock(mutex_);
+  return metrics_;
+}
+
+void Scheduler::loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || running_ > 0; });
+      if (stopping_) break;
+    }
+    step();
+  }
+  abort_all("abort", "");
+}
+
+void Scheduler::step() {
+  drop_cancelled();
+  admit();
+  build_pass();
+  if (!batch_.empty()) run_pass();
+  publish_metrics();
+}
+
+void Scheduler::drop_cancelled() {
+  for (int s = 0; s < int(active_.size()); ++s)
+    if (active_[s] && active_[s]->stream->cancelled()) finish(s, "abort");
+  std::lock_guard lock(mutex_);
+  std::erase_if(queue_, [](const QueuedRequest& q) {
+    if (!q.stream->cancelled()) return false;
+    q.stream->push(end_event("abort", ""));
+    return true;
+  });
+}
+
+// Moves waiting requests into idle slots, first come first served.
+void Scheduler::admit() {
+  std::lock_guard lock(mutex_);
+  while (!queue_.empty()) {
+    QueuedRequest& queued = queue_.front();
+    const auto& prompt = queued.request.prompt;
+    SlotChoice choice = choose_slot(slots_, prompt, queued.request.use_session_cache);
+    if (choice.slot < 0) return;
+    Slot& slot = slots_[choice.slot];
+
+    // Committed KV: evict idle sessions (LRU) before refusing anyone.
+    const int64_t reserve = int64_t(prompt.size()) + queued.max_new;
+    if (!make_room(slots_, model_, slot.index, std::max(reserve, slot.kv_high),
+                   budget_positions_)) {
+      if (slot.kv_high > reserve) {
+        model_.release_kv(slot.index, reserve);
+        slot.kv_high = reserve;
+        slot.tokens.resize(std::min<size_t>(slot.tokens.size(), reserve));
+      }
+      if (!make_room(slots_, model_, slot.index, reserve, budget_positions_)) {
+        if (running_ > 0) return;  // running requests will give their reservations back
+        const double per_token = double(model_.kv_bytes_per_token());
+        queued.stream->push(end_event(
+            "error", "KV memory budget exceeded: the request needs " + mib(reserve * per_token) +
+                         " of KV cache, the budget is " + mib(budget_positions_ * per_token)));
+        queue_.pop_front();
+        continue;
+      }
+    }
+
+    slot.tokens.resize(choice.reuse);
+    slot.busy = true;
+    slot.reserved = reserve;
+    slot.last_used = ++clock_;
+    --idle_slots_;
+    ++running_;
+    samplers_[slot.index].start(queued.request.sampling, prompt);
+    local_metrics_.prompt_tokens_total += int64_t(prompt.size());
+    local_metrics_.cached_tokens_total += choice.reuse;
+    active_[slot.index] = std::make_unique<ActiveRequest>(tokenizer_, std::move(queued), choice.reuse);
+    queue_.pop_front();
+  }
+}
+
+// One pass: a decode token for every generating slot, then prefill up to the chunk size.
+void Scheduler::build_pass() {
+  batch_.clear();
+  parts_.clear();
+  for (int s = 0; s < int(active_.size()); ++s) {
+    const ActiveRequest* request = active_[s].get();
+    if (!request || int64_t(slots_[s].tokens.size()) < request->prompt_len) continue;
+    int32_t position = int32_t(slots_[s].tokens.size());
+    batch_.push_back({request->sequence[position], s, position, true});
+    parts_.push_back({s, 1, true});
+  }
+  int64_t room = std::min(chunk_size_, model_.max_pass_tokens() - int64_t(batch_.size()));
+  // Oldest admission first, so a long prompt in chunks is not overtaken forever.
+  while (room > 0) {
+    int next = -1;
+    for (int s = 0; s < int(active_.size()); ++s) {
+      bool prefilling = active_[s] && int64_t(slots_[s].tokens.size()) < active_[s]->prompt_len;
+      bool planned = std::any_of(parts_.begin(), parts_.end(), [&](auto& p) { return p.slot == s; });
+      if (prefilling && !planned && (next < 0 || slots_[s].last_used < slots_[next].last_used))
+        next = s;
+    }
+    if (next < 0) break;
+    const ActiveRequest& request = *active_[next];
+    int64_t begin = int64_t(slots_[next].tokens.size());
+    int64_t count = std::min(request.prompt_len - begin, room);
+    bool logits = begin + count == request.prompt_len;
+    for (int64_t p = begin; p < begin + count; ++p)
+      batch_.push_back({request.sequence[p], next, int32_t(p), logits && p + 1 == begin + count});
+    parts_.push_back({next, count, logits});
+    room -= count;
+  }
+}
+
+void Scheduler::run_pass() {
+  try {
+    model_.forward(batch_, logits_.data());
+  } catch (const std::exception& e) {
+    // The KV these tokens were writing cannot be trusted: drop those sessions.
+    for (const PassPart& part : parts_) {
+      evict(slots_[part.slot], model_);
+      finish(part.slot, "error", std::string("model forward failed: ") + e.what());
+    }
+    return;
+  }
+  size_t row = 0;
+  for (const PassPart& part : parts_) {
+    Slot& slot = slots_[part.slot];
+    const ActiveRequest& request = *active_[part.slot];
+    size_t begin = slot.tokens.size();
+    slot.tokens.insert(slot.tokens.end(), request.sequence.begin() + begin,
+                       request.sequence.begin() + begin + part.count);
+    slot.kv_high = std::max<int64_t>(slot.kv_high, int64_t(slot.tokens.size()));
+    if (part.logits) {
+      on_logits(part.slot, std::span<const float>(logits_.data() + row * vocab_size_, vocab_size_));
+      ++row;
+    }
+  }
+}
+
+// Samples the slot's next token and streams what it completes.
+void Scheduler::on_logits(int slot, std::span<const float> logits) {
+  ActiveRequest& request = *active_[slot];
+  Sampler& sampler = samplers_[slot];
+  const auto now = Clock::now();
+  if (request.generated == 0)
+    observe(local_metrics_.time_to_first_token, seconds_between(request.submitted, now));
+  else
+    observe(local_metrics_.inter_token_latency, seconds_between(request.last_token, now));
+  request.last_token = now;
+
+  // The scripted test hook replaces sampling; past its end the request stops as at eos.
+  const auto& script = options_.scripted_output;
+  if (!script.empty() && request.generated >= int64_t(script.size())) return end_at_stop_token(slot);
+  int32_t token = script.empty() ? sampler.sample(logits) : script[request.generated];
+  StreamEvent event;
+  if (request.request.sampling.top_logprobs >= 0) {
+    event.logprobs.emplace_back();
+    sampler.logprobs(logits, token, event.logprobs.back());
+  }
+  sampler.accept(token);
+  ++request.generated;
+  ++local_metrics_.generation_tokens_total;
+
+  // Stop tokens end the request without appearing in its text or ids.
+  bool is_eos = !request.request.ignore_eos && contains(options_.eos_token_ids, token);
+  if (is_eos || contains(request.request.stop_token_ids, token)) return end_at_stop_token(slot);
+
+  request.sequence.push_back(token);
+  event.ids.push_back(token);
+  event.text = request.stop.push(request.detokenizer.push(token));
+  bool at_limit = request.generated >= request.max_new;
+  if (at_limit && !request.stop.stopped())
+    event.text += request.stop.push(request.detokenizer.flush()) + request.stop.flush();
+  request.stream->push(std::move(event));
+  if (request.stop.stopped()) return finish(slot, "stop");
+  if (at_limit) return finish(slot, "length");
+}
+
+// Ends at a stop token: the text held back (an unfinished character, a stop-string prefix that
+// never completed) is emitted first.
+void Scheduler::end_at_stop_token(int slot) {
+  ActiveRequest& request = *active_[slot];
+  StreamEvent event;
+  event.text = request.stop.push(request.detokenizer.flush()) + request.stop.flush();
+  if (!event.text.empty()) request.stream->push(std::move(event));
+  finish(slot, "stop");
+}
+
+// Ends the slot's request; the slot keeps the tokens whose KV it wrote.
+void Scheduler::finish(int slot_index, const std::string& reason, const std::string& error) {
+  std::unique_ptr<ActiveRequest> request = std::move(active_[slot_index]);
+  StreamEvent event = end_event(reason, error);
+  event.prompt_tokens = request->prompt_len;
+  event.completion_tokens = request->generated;
+  event.cached_tokens = request->cached;
+  observe(local_metrics_.e2e_latency, seconds_between(request->submitted, Clock::now()));
+  ++local_metrics_.requests_finished_total;
+
+  Slot& slot = slots_[slot_index];
+  slot.busy = false;
+  slot.reserved = 0;
+  slot.last_used = ++clock_;
+  --running_;
+  {
+    std::lock_guard lock(mutex_);
+    ++idle_slots_;
+  }
+  // Metrics first, so a client that saw its request end sees it counted.
+  publish_metrics();
+  request->stream->push(std::move(event));
+}
+
+void Scheduler::abort_all(const std::string& reason, const std::string& error) {
+  for (int s = 0; s < int(active_.size()); ++s)
+    if (active_[s]) finish(s, reason, error);
+  std::lock_guard lock(mutex_);
+  for (QueuedRequest& queued : queue_) queued.stream->push(end_event(reason, error));
+  queue_.clear();
+}
+
+void Scheduler::publish_metrics() {
+  local_metrics_.requests_running = running_;
+  // Measuring residency walks the page tables: a few times a second, and whenever all is idle.
+  const auto now = Clock::now();
+  if (running_ == 0 || now - last_kv_measure_ > std::chrono::milliseconds(250)) {
+    local_metrics_.kv_resident_bytes = model_.kv_resident_bytes();
+    last_kv_measure_ = now;
+  }
+  std::lock_guard lock(mutex_);
+  local_metrics_.requests_waiting = int64_t(queue_.size());
+  metrics_ = local_metrics_;
+}
+
+}  // namespace ellm

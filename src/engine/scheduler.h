@@ -1,0 +1,102 @@
+#pragma once
+// The scheduler thread: continuous batching over the model's slots. Each step admits waiting
+// requests to idle slots (session-cache aware, within the KV budget), builds one pass of
+// decode tokens for every generating slot plus pending prefill, runs model.forward once, then
+// samples, applies stop rules and streams text for every slot whose logits came back.
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/sampling.h"
+#include "engine/slots.h"
+#include "engine/stop.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
+
+namespace ellm {
+
+using Clock = std::chrono::steady_clock;
+
+struct QueuedRequest {
+  GenerateRequest request;
+  std::shared_ptr<RequestStream> stream;
+  int64_t max_new = 0;  // max_tokens resolved against the sequence length
+  Clock::time_point submitted;
+};
+
+// A request that owns a slot.
+struct ActiveRequest {
+  GenerateRequest request;
+  std::shared_ptr<RequestStream> stream;
+  std::vector<int32_t> sequence;  // prompt, then generated tokens; the slot holds KV of a prefix
+  int64_t prompt_len = 0, max_new = 0, generated = 0, cached = 0;
+  IncrementalDetokenizer detokenizer;
+  StopStringMatcher stop;
+  Clock::time_point submitted, last_token;
+
+  ActiveRequest(const Tokenizer& tokenizer, QueuedRequest&& queued, int64_t cached_tokens);
+};
+
+class Scheduler {
+ public:
+  Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptions& options);
+  ~Scheduler();  // stops the thread; every request still queued or running ends with "abort"
+
+  // Queues a validated request; throws QueueFull beyond max_queue waiting requests.
+  void enqueue(QueuedRequest request);
+  EngineMetrics metrics() const;
+
+ private:
+  struct PassPart {  // one slot's share of a pass
+    int slot;
+    int64_t count;  // tokens fed
+    bool logits;    // its last token wants logits
+  };
+
+  void loop();
+  void step();
+  void drop_cancelled();
+  void admit();
+  void build_pass();
+  void run_pass();
+  void on_logits(int slot, std::span<const float> logits);
+  void end_at_stop_token(int slot);
+  void finish(int slot, const std::string& reason, const std::string& error = {});
+  void abort_all(const std::string& reason, const std::string& error);
+  void publish_metrics();
+
+  Model& model_;
+  const Tokenizer& tokenizer_;
+  const EngineOptions options_;
+  const int64_t sequence_length_, vocab_size_, chunk_size_, budget_positions_;
+
+  // Scheduler thread only.
+  std::vector<Slot> slots_;
+  std::vector<std::unique_ptr<ActiveRequest>> active_;  // [slot], null when idle
+  std::vector<Sampler> samplers_;                       // [slot]
+  std::vector<BatchToken> batch_;
+  std::vector<PassPart> parts_;
+  std::vector<float> logits_;  // [batch_size][vocab]
+  uint64_t clock_ = 0;
+  int running_ = 0;
+  EngineMetrics local_metrics_;
+  Clock::time_point last_kv_measure_;
+
+  // Shared with submitters and metrics readers.
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<QueuedRequest> queue_;
+  int idle_slots_ = 0;
+  bool stopping_ = false;
+  EngineMetrics metrics_;
+
+  std::thread thread_;
+};
+
+}  // namespace ellm

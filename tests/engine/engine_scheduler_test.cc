@@ -1,0 +1,357 @@
+// Scheduler behaviour on the fake model (engine_fake_model.h): exact, fast and strict about the
+// Model contract. The same properties on the real tiny models are in engine_model_test.cc.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "base/error.h"
+#include "engine/engine.h"
+#include "engine_test_util.h"
+#include "engine_fake_model.h"
+#include "text/tokenizer.h"
+
+namespace ellm {
+namespace {
+
+using testing::FakeModel;
+using testing::fake_greedy;
+
+const std::shared_ptr<const Tokenizer>& tokenizer() {
+  static auto tok = Tokenizer::load(ELLM_SHARED "/models/tiny-qwen3");
+  return tok;
+}
+
+struct FakeEngine {
+  FakeModel* model;  // owned by the engine
+  std::unique_ptr<Engine> engine;
+};
+
+FakeEngine make_engine(ServingLimits limits, EngineOptions options = {}) {
+  auto model = std::make_unique<FakeModel>(tokenizer()->vocab_size(), limits);
+  FakeModel* raw = model.get();
+  if (options.eos_token_ids.empty()) options.eos_token_ids = {151645, 151643};
+  return {raw, std::make_unique<Engine>(std::move(model), tokenizer(), options)};
+}
+
+ServingLimits limits(int64_t sequence_length, int64_t batch_size, int64_t chunk_size = 0,
+                     size_t kv_memory_bytes = 0) {
+  ServingLimits l;
+  l.sequence_length = sequence_length;
+  l.batch_size = batch_size;
+  l.chunk_size = chunk_size;
+  l.kv_memory_bytes = kv_memory_bytes;
+  return l;
+}
+
+std::vector<int32_t> prompt_of(int n, int seed) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(2000 + (seed * 131 + i * 17) % 5000);
+  return p;
+}
+
+GenerateRequest greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
+  GenerateRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+TEST(EngineScheduler, GreedyFollowsTheModelsArgmax) {
+  auto [model, engine] = make_engine(limits(128, 1));
+  auto prompt = prompt_of(20, 1);
+  Outcome out = collect(engine->submit(greedy(prompt, 12)));
+  EXPECT_EQ(out.ids, fake_greedy(prompt, 12));
+  EXPECT_EQ(out.text, tokenizer()->decode(out.ids, true));
+  EXPECT_EQ(out.end.finish_reason, "length");
+  EXPECT_EQ(out.end.prompt_tokens, 20);
+  EXPECT_EQ(out.end.completion_tokens, 12);
+  EXPECT_EQ(out.end.cached_tokens, 0);
+  // One prefill pass, then one pass per further token.
+  EXPECT_EQ(model->tokens_fed(), 20 + 11);
+}
+
+TEST(EngineScheduler, SessionCacheReusesTheSharedPrefix) {
+  auto [model, engine] = make_engine(limits(256, 2));
+  auto [cold_model, cold_engine] = make_engine(limits(256, 1));
+  std::vector<int32_t> history = prompt_of(30, 2);
+  int64_t previous_prompt = 0;
+  for (int turn = 0; turn < 3; ++turn) {
+    int64_t fed_before = model->tokens_fed();
+    Outcome warm = collect(engine->submit(greedy(history, 10)));
+    GenerateRequest cold = greedy(history, 10);
+    cold.use_session_cache = false;
+    Outcome reference = collect(cold_engine->submit(cold));
+    EXPECT_EQ(warm.ids, reference.ids) << "turn " << turn;
+    EXPECT_GE(warm.end.cached_tokens, previous_prompt) << "turn " << turn;
+    EXPECT_EQ(reference.end.cached_tokens, 0);
+    // Only the uncached part of the prompt is prefilled.
+    EXPECT_EQ(model->tokens_fed() - fed_before, int64_t(history.size()) - warm.end.cached_tokens + 9);
+    previous_prompt = int64_t(history.size());
+    history.insert(history.end(), warm.ids.begin(), warm.ids.end());
+    auto user = prompt_of(7, 10 + turn);
+    history.insert(history.end(), user.begin(), user.end());
+  }
+  EXPECT_GT(engine->metrics().cached_tokens_total, 0);
+}
+
+TEST(EngineScheduler, SessionCacheReusesUpToWhereHistoryDiverges) {
+  auto [model, engine] = make_engine(limits(256, 1));
+  auto first = prompt_of(40, 3);
+  collect(engine->submit(greedy(first, 5)));
+  auto edited = first;
+  edited[25] = 4242;  // e.g. a dropped <think> block changes the middle
+  Outcome out = collect(engine->submit(greedy(edited, 5)));
+  EXPECT_EQ(out.end.cached_tokens, 25);
+  EXPECT_EQ(out.ids, fake_greedy(edited, 5));
+  // The same prompt again: everything but the last prompt token is reused.
+  Outcome again = collect(engine->submit(greedy(edited, 5)));
+  EXPECT_EQ(again.end.cached_tokens, 39);
+  EXPECT_EQ(again.ids, out.ids);
+}
+
+TEST(EngineScheduler, PrefersTheSlotHoldingTheConversation) {
+  auto [model, engine] = make_engine(limits(256, 3));
+  auto a = prompt_of(30, 4), b = prompt_of(30, 5);
+  Outcome ra = collect(engine->submit(greedy(a, 4)));
+  collect(engine->submit(greedy(b, 4)));
+  collect(engine->submit(greedy(prompt_of(12, 6), 4)));
+  a.insert(a.end(), ra.ids.begin(), ra.ids.end());
+  a.push_back(77);
+  Outcome follow = collect(engine->submit(greedy(a, 4)));
+  EXPECT_EQ(follow.end.cached_tokens, 33);  // 30 prompt + 3 generated tokens fed back
+  EXPECT_EQ(follow.ids, fake_greedy(a, 4));
+}
+
+TEST(EngineScheduler, MoreRequestsThanSlotsAllFinishCorrectly) {
+  auto [model, engine] = make_engine(limits(128, 2));
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back(prompt_of(5 + 7 * i, 20 + i));
+    streams.push_back(engine->submit(greedy(prompts.back(), 8 + i)));
+  }
+  for (int i = 0; i < 6; ++i) {
+    Outcome out = collect(streams[i]);
+    EXPECT_EQ(out.end.finish_reason, "length");
+    EXPECT_EQ(out.ids, fake_greedy(prompts[i], 8 + i)) << "request " << i;
+  }
+  EngineMetrics m = engine->metrics();
+  EXPECT_EQ(m.requests_finished_total, 6);
+  EXPECT_EQ(m.requests_running, 0);
+  EXPECT_EQ(m.requests_waiting, 0);
+  EXPECT_EQ(m.time_to_first_token.count, 6);
+  EXPECT_EQ(m.e2e_latency.count, 6);
+  EXPECT_EQ(m.generation_tokens_total, 8 + 9 + 10 + 11 + 12 + 13);
+}
+
+TEST(EngineScheduler, ChunkedPrefillGivesTheSameTokens) {
+  auto [model, engine] = make_engine(limits(128, 2, /*chunk_size=*/4));
+  auto p1 = prompt_of(19, 7), p2 = prompt_of(11, 8);
+  auto s1 = engine->submit(greedy(p1, 6));
+  auto s2 = engine->submit(greedy(p2, 6));
+  EXPECT_EQ(collect(s1).ids, fake_greedy(p1, 6));
+  EXPECT_EQ(collect(s2).ids, fake_greedy(p2, 6));
+  EXPECT_LE(model->max_pass_seen(), 4 + 2);
+}
+
+TEST(EngineScheduler, QueueFullIsRefused) {
+  EngineOptions options;
+  options.max_queue = 1;
+  auto [model, engine] = make_engine(limits(4096, 1), options);
+  auto running = engine->submit(greedy(prompt_of(4, 9), 4000));
+  auto waiting = engine->submit(greedy(prompt_of(4, 10), 4));
+  EXPECT_THROW(engine->submit(greedy(prompt_of(4, 11), 4)), QueueFull);
+  running->cancel();
+  EXPECT_EQ(collect(running).end.finish_reason, "abort");
+  EXPECT_EQ(collect(waiting).end.finish_reason, "length");
+}
+
+TEST(EngineScheduler, CancellationFreesTheSlot) {
+  auto [model, engine] = make_engine(limits(4096, 1));
+  auto long_one = engine->submit(greedy(prompt_of(8, 12), 4000));
+  auto first = long_one->next(10000);  // generation has started
+  ASSERT_TRUE(first.has_value());
+  auto next = engine->submit(greedy(prompt_of(8, 13), 5));
+  long_one->cancel();
+  Outcome aborted = collect(long_one);
+  EXPECT_EQ(aborted.end.finish_reason, "abort");
+  EXPECT_LT(aborted.end.completion_tokens, 4000);
+  Outcome out = collect(next);
+  EXPECT_EQ(out.end.finish_reason, "length");
+  EXPECT_EQ(out.ids, fake_greedy(prompt_of(8, 13), 5));
+  EXPECT_EQ(engine->metrics().requests_running, 0);
+}
+
+TEST(EngineScheduler, CancelledWhileWaitingNeverRuns) {
+  auto [model, engine] = make_engine(limits(4096, 1));
+  auto busy = engine->submit(greedy(prompt_of(8, 14), 4000));
+  auto queued = engine->submit(greedy(prompt_of(8, 15), 5));
+  queued->cancel();
+  Outcome out = collect(queued);
+  EXPECT_EQ(out.end.finish_reason, "abort");
+  EXPECT_EQ(out.end.completion_tokens, 0);
+  busy->cancel();
+  collect(busy);
+}
+
+TEST(EngineScheduler, StopStringsEndGenerationAndAreNotEmitted) {
+  auto [model, engine] = make_engine(limits(256, 1));
+  auto prompt = prompt_of(10, 16);
+  Outcome free_run = collect(engine->submit(greedy(prompt, 20)));
+  ASSERT_GT(free_run.text.size(), 20u);
+  // A stop string straddling tokens in the middle of the free run's text.
+  std::string piece = tokenizer()->decode(std::span(free_run.ids).first(6), true);
+  std::string stop = free_run.text.substr(piece.size() - 2, 4);
+  size_t first = free_run.text.find(stop);
+  GenerateRequest r = greedy(prompt, 20);
+  r.stop = {stop};
+  Outcome out = collect(engine->submit(r));
+  EXPECT_EQ(out.end.finish_reason, "stop");
+  EXPECT_EQ(out.text, free_run.text.substr(0, first));
+  EXPECT_EQ(out.text.find(stop), std::string::npos);
+}
+
+TEST(EngineScheduler, StopTokenIdsAndEos) {
+  auto [model, engine] = make_engine(limits(256, 1));
+  auto prompt = prompt_of(10, 17);
+  auto expected = fake_greedy(prompt, 10);
+  GenerateRequest r = greedy(prompt, 10);
+  r.stop_token_ids = {expected[4]};
+  size_t first = std::find(expected.begin(), expected.end(), expected[4]) - expected.begin();
+  Outcome out = collect(engine->submit(r));
+  EXPECT_EQ(out.end.finish_reason, "stop");
+  EXPECT_EQ(out.ids, std::vector<int32_t>(expected.begin(), expected.begin() + first));
+  EXPECT_EQ(out.end.completion_tokens, int64_t(first) + 1);  // the stop token counts
+
+  // An eos id from the options stops too, unless ignore_eos.
+  EngineOptions options;
+  options.eos_token_ids = {expected[2]};
+  auto [model2, engine2] = make_engine(limits(256, 1), options);
+  size_t eos_at = std::find(expected.begin(), expected.end(), expected[2]) - expected.begin();
+  EXPECT_EQ(collect(engine2->submit(greedy(prompt, 10))).ids.size(), eos_at);
+  GenerateRequest ignoring = greedy(prompt, 10);
+  ignoring.ignore_eos = true;
+  EXPECT_EQ(collect(engine2->submit(ignoring)).ids, expected);
+}
+
+TEST(EngineScheduler, InvalidRequestsAreRejectedWithTheLimit) {
+  auto [model, engine] = make_engine(limits(64, 1));
+  try {
+    engine->submit(greedy(prompt_of(60, 18), 10));
+    FAIL() << "accepted a request beyond the sequence length";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("64"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(engine->submit(greedy(prompt_of(64, 18), -1)), Error);
+  EXPECT_THROW(engine->submit(greedy({}, 5)), Error);
+  EXPECT_THROW(engine->submit(greedy({1, int32_t(tokenizer()->vocab_size())}, 5)), Error);
+  EXPECT_THROW(engine->submit(greedy({1, -3}, 5)), Error);
+  EXPECT_THROW(engine->submit(greedy({1, 2}, 0)), Error);
+  GenerateRequest nan_temperature = greedy({1, 2}, 5);
+  nan_temperature.sampling.temperature = std::nanf("");
+  EXPECT_THROW(engine->submit(nan_temperature), Error);
+  // max_tokens -1 fills the slot: 63 prompt tokens leave one.
+  Outcome out = collect(engine->submit(greedy(prompt_of(63, 19), -1)));
+  EXPECT_EQ(out.end.completion_tokens, 1);
+  EXPECT_EQ(out.end.finish_reason, "length");
+}
+
+TEST(EngineScheduler, KvBudgetEvictsIdleSessionsBeforeRefusing) {
+  const size_t per_token = FakeModel::kBytesPerToken;
+  auto [model, engine] = make_engine(limits(256, 2, 0, 64 * per_token));
+  auto a = prompt_of(10, 20), b = prompt_of(10, 21);
+  collect(engine->submit(greedy(a, 20)));  // slot keeps 29 positions
+  Outcome rb = collect(engine->submit(greedy(b, 40)));  // 50 + 29 > 64: a's session goes
+  EXPECT_EQ(rb.ids, fake_greedy(b, 40));
+  EXPECT_GE(model->releases(), 1);
+  Outcome again = collect(engine->submit(greedy(a, 5)));
+  EXPECT_EQ(again.end.cached_tokens, 0);
+  EXPECT_EQ(again.ids, fake_greedy(a, 5));
+  try {
+    engine->submit(greedy(a, 60));
+    FAIL() << "accepted a request beyond the KV budget";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KV memory budget"), std::string::npos) << e.what();
+  }
+  EngineMetrics m = engine->metrics();
+  EXPECT_EQ(m.kv_budget_bytes, 64 * per_token);
+  EXPECT_LE(m.kv_resident_bytes, 64 * per_token);
+}
+
+TEST(EngineScheduler, ConcurrentRequestsWaitForBudgetInsteadOfFailing) {
+  const size_t per_token = FakeModel::kBytesPerToken;
+  auto [model, engine] = make_engine(limits(256, 2, 0, 60 * per_token));
+  auto a = prompt_of(10, 22), b = prompt_of(10, 23);
+  auto sa = engine->submit(greedy(a, 30));  // 40 positions reserved
+  auto sb = engine->submit(greedy(b, 30));  // must wait for a
+  EXPECT_EQ(collect(sa).ids, fake_greedy(a, 30));
+  EXPECT_EQ(collect(sb).ids, fake_greedy(b, 30));
+}
+
+TEST(EngineScheduler, ScriptedOutputReplacesSampling) {
+  EngineOptions options;
+  std::string scripted_text = "<tool_call>\n{\"name\": \"f\"}\n</tool_call>";
+  options.scripted_output = tokenizer()->encode(scripted_text);
+  auto [model, engine] = make_engine(limits(256, 1), options);
+  GenerateRequest r = greedy(prompt_of(5, 24), 100);
+  r.skip_special_tokens = false;
+  Outcome out = collect(engine->submit(r));
+  EXPECT_EQ(out.text, scripted_text);
+  EXPECT_EQ(out.ids, options.scripted_output);
+  EXPECT_EQ(out.end.finish_reason, "stop");
+}
+
+TEST(EngineScheduler, LogprobsComeWithEveryToken) {
+  auto [model, engine] = make_engine(limits(256, 1));
+  GenerateRequest r = greedy(prompt_of(5, 25), 4);
+  r.sampling.top_logprobs = 3;
+  Outcome out = collect(engine->submit(r));
+  ASSERT_EQ(out.logprobs.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(out.logprobs[i].id, out.ids[i]);
+    ASSERT_EQ(out.logprobs[i].top.size(), 3u);
+    EXPECT_EQ(out.logprobs[i].top[0].first, out.ids[i]);  // greedy: the best is the chosen
+    EXPECT_LT(out.logprobs[i].logprob, 0.0f);
+    EXPECT_GT(out.logprobs[i].logprob, -0.1f);  // a clear favourite
+  }
+}
+
+TEST(EngineScheduler, SeededSamplingIsReproducibleAcrossBatching) {
+  auto [model, engine] = make_engine(limits(256, 2));
+  auto sampled = [&](uint64_t seed) {
+    GenerateRequest r = greedy(prompt_of(6, 26), 12);
+    r.sampling.temperature = 5.0f;  // flat enough to pick runners-up
+    r.sampling.seed = seed;
+    return r;
+  };
+  auto s1 = engine->submit(sampled(3));
+  auto s2 = engine->submit(greedy(prompt_of(9, 27), 12));  // shares the passes
+  auto first = collect(s1).ids;
+  collect(s2);
+  EXPECT_EQ(collect(engine->submit(sampled(3))).ids, first);
+  EXPECT_NE(first, fake_greedy(prompt_of(6, 26), 12));
+}
+
+TEST(EngineScheduler, ModelErrorsEndTheRequestsOfThatPass) {
+  auto [model, engine] = make_engine(limits(256, 1));
+  model->poison_token = 4321;
+  Outcome bad = collect(engine->submit(greedy({1, 2, 4321}, 5)));
+  EXPECT_EQ(bad.end.finish_reason, "error");
+  EXPECT_NE(bad.end.error.find("poisoned"), std::string::npos);
+  Outcome good = collect(engine->submit(greedy({1, 2, 3}, 5)));
+  EXPECT_EQ(good.ids, fake_greedy({1, 2, 3}, 5));
+}
+
+TEST(EngineScheduler, ShutdownAbortsPendingRequests) {
+  auto [model, engine] = make_engine(limits(4096, 1));
+  auto running = engine->submit(greedy(prompt_of(8, 28), 4000));
+  auto waiting = engine->submit(greedy(prompt_of(8, 29), 4000));
+  engine.reset();
+  EXPECT_EQ(collect(running).end.finish_reason, "abort");
+  EXPECT_EQ(collect(waiting).end.finish_reason, "abort");
+}
+
+}  // namespace
+}  // namespace ellm
