@@ -1,7 +1,169 @@
-// Placeholder until this command lands.
+// ellm serve: load a model folder, start the engine, serve the OpenAI/vLLM API until SIGTERM/SIGINT.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
 #include "base/error.h"
+#include "base/log.h"
+#include "engine/engine.h"
+#include "engine/output_parser.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "server/generation_config.h"
+#include "server/server.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 #include "cli/commands.h"
 
 namespace ellm {
-int cmd_serve(int, char** argv) { throw Error(std::string(argv[0]) + ": not implemented yet"); }
+
+namespace {
+
+std::string folder_name(const std::string& path) {
+  std::filesystem::path p(path);
+  while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "models/x/" -> "x"
+  return p.filename().string();
+}
+
+std::vector<int32_t> parse_id_list(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    long long id = -1;
+    try {
+      id = std::stoll(item, &used);
+    } catch (...) {
+    }
+    if (id < 0 || id > INT32_MAX || item.find_first_not_of(" \t", used) != std::string::npos)
+      throw Error("serve --scripted-output: '" + item + "' is not a token id");
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+int g_signal_pipe[2] = {-1, -1};
+
+void on_stop_signal(int sig) {
+  unsigned char byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &byte, 1);
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  CLI::App app{"OpenAI/vLLM-compatible HTTP server", "ellm serve"};
+  std::string model_path, host = "0.0.0.0", served_name, api_key, chat_template_file, tool_parser;
+  std::string kv_memory = "0", max_body = "8M", scripted;
+  int port = 8000, threads = 0;
+  int64_t sequence_length = 0, batch_size = 4, chunk_size = 0, max_queue = 64;
+  double shutdown_grace = 10;
+  bool no_session_cache = false;
+  app.add_option("--model-path", model_path, "Hugging Face model folder")->required();
+  app.add_option("--host", host, "address to listen on")->capture_default_str();
+  app.add_option("--port", port, "port to listen on (0 = any free port)")->capture_default_str();
+  app.add_option("--served-model-name", served_name, "model name clients use (default: the folder name)");
+  app.add_option("--api-key", api_key, "require 'Authorization: Bearer KEY' on /v1 routes");
+  app.add_option("--sequence-length", sequence_length,
+                 "tokens per slot (default: 4096, or max_position_embeddings if smaller)");
+  app.add_option("--batch-size", batch_size, "slots: sequences generated at once")->capture_default_str();
+  app.add_option("--chunk-size", chunk_size, "largest prefill pass (default: the sequence length, no chunking)");
+  app.add_option("--threads", threads, "worker threads (default: one per physical core)");
+  app.add_option("--max-queue", max_queue, "requests waiting for a slot before 429")->capture_default_str();
+  app.add_option("--kv-memory", kv_memory, "KV cache budget, e.g. 8G (default: what RAM allows)");
+  app.add_option("--chat-template", chat_template_file, "Jinja file replacing the model's chat template");
+  app.add_option("--tool-call-parser", tool_parser, "hermes, qwen3_coder or none (default: from the template)");
+  app.add_option("--max-body-size", max_body, "largest request body, e.g. 8M")->capture_default_str();
+  app.add_option("--shutdown-grace", shutdown_grace, "seconds in-flight requests get on SIGTERM")->capture_default_str();
+  app.add_flag("--no-session-cache", no_session_cache, "never reuse a slot's cached prefix");
+  app.add_option("--scripted-output", scripted, "testing: comma-separated token ids emitted instead of sampling");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  // A signal may land on any thread (worker teams exist before this runs), so the handler only
+  // writes the signal number to a pipe; a watcher thread reads it and drains the server.
+  if (pipe(g_signal_pipe) != 0) throw Error("serve: cannot create the signal pipe");
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client closing mid-write is an error return, not a kill
+
+  std::atomic<Server*> live_server{nullptr};
+  std::atomic<bool> stopping{false}, stopped{false};
+  std::thread signal_thread([&] {
+    unsigned char sig = 0;
+    while (read(g_signal_pipe[0], &sig, 1) != 1) {
+    }
+    Server* server = live_server.load();
+    if (!server) std::_Exit(128 + sig);  // still loading: nothing to drain
+    stopping.store(true);
+    log_info(std::string("serve: ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ", shutting down");
+    server->shutdown(std::chrono::milliseconds(static_cast<int64_t>(shutdown_grace * 1000)));
+    stopped.store(true);
+  });
+  signal_thread.detach();  // it may outlive an exception thrown while loading
+
+  if (served_name.empty()) served_name = folder_name(model_path);
+  ModelConfig config = load_model_config(model_path);
+  if (sequence_length <= 0)
+    sequence_length = config.max_position_embeddings > 0 ? std::min<int64_t>(4096, config.max_position_embeddings) : 4096;
+  if (batch_size < 1) throw Error("serve --batch-size: must be at least 1");
+  if (max_queue < 0) throw Error("serve --max-queue: must not be negative");
+
+  ServingLimits limits;
+  limits.sequence_length = sequence_length;
+  limits.batch_size = batch_size;
+  limits.chunk_size = chunk_size;
+  limits.threads = threads;
+  limits.kv_memory_bytes = parse_byte_size(kv_memory, "serve --kv-memory");
+
+  auto tokenizer = Tokenizer::load(model_path);
+  ChatTemplate chat_template = ChatTemplate::load(model_path, chat_template_file);
+  GenerationDefaults defaults = load_generation_defaults(model_path);
+
+  ServerOptions server_options;
+  server_options.model_name = served_name;
+  server_options.model_path = model_path;
+  server_options.api_key = api_key;
+  server_options.max_body_bytes = parse_byte_size(max_body, "serve --max-body-size");
+  server_options.tool_call_format =
+      tool_parser.empty() ? detect_tool_call_format(chat_template.source()) : tool_call_format_by_name(tool_parser);
+  server_options.parse_reasoning = chat_template.source().find("</think>") != std::string::npos;
+  server_options.session_cache = !no_session_cache;
+  server_options.default_sampling = defaults.sampling;
+  // One HTTP thread per connection that can be generating or queued, plus a few for the rest.
+  server_options.http_threads = static_cast<int>(std::min<int64_t>(batch_size + max_queue + 8, 512));
+
+  EngineOptions engine_options;
+  engine_options.max_queue = max_queue;
+  engine_options.eos_token_ids = defaults.eos_token_ids;
+  engine_options.default_sampling = defaults.sampling;
+  if (!scripted.empty()) engine_options.scripted_output = parse_id_list(scripted);
+
+  Engine engine(Model::load(model_path, limits), tokenizer, engine_options);
+  Server server(engine, chat_template, server_options);
+  int bound = server.bind(host, port);
+  live_server.store(&server);
+  // The line scripts and tests wait for.
+  std::printf("ellm: serving '%s' on http://%s:%d (sequence length %lld, %lld slots)\n", served_name.c_str(),
+              host.c_str(), bound, static_cast<long long>(sequence_length), static_cast<long long>(batch_size));
+  std::fflush(stdout);
+  server.run();
+  if (!stopping.load()) throw Error("serve: the HTTP listener stopped unexpectedly");
+  while (!stopped.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // shutdown() returned
+  log_info("serve: stopped");
+  return 0;
+}
+
 }  // namespace ellm

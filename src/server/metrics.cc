@@ -1,0 +1,77 @@
+#include "server/metrics.h"
+
+#include <cstdio>
+#include <sstream>
+
+namespace ellm {
+
+void HttpCounters::count(const std::string& route, int status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  counts_[{route, status}]++;
+}
+
+std::map<std::pair<std::string, int>, int64_t> HttpCounters::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return counts_;
+}
+
+namespace {
+
+std::string number(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", x);
+  return buf;
+}
+
+// Label values escape backslash, quote and newline.
+std::string escape_label(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') { out += "\\n"; continue; }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, const std::string& model_name) {
+  std::ostringstream out;
+  const std::string label = "model_name=\"" + escape_label(model_name) + "\"";
+  auto scalar = [&](const char* name, const char* type, const char* help, double value) {
+    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
+        << name << '{' << label << "} " << number(value) << '\n';
+  };
+  auto histogram = [&](const char* name, const char* help, const EngineMetrics::Histogram& h) {
+    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " histogram\n";
+    for (size_t i = 0; i < h.counts.size(); i++) {
+      std::string le = i < h.bounds.size() ? number(h.bounds[i]) : "+Inf";
+      out << name << "_bucket{" << label << ",le=\"" << le << "\"} " << h.counts[i] << '\n';
+    }
+    if (h.counts.size() == h.bounds.size())  // the engine left out the +Inf bucket
+      out << name << "_bucket{" << label << ",le=\"+Inf\"} " << h.count << '\n';
+    out << name << "_sum{" << label << "} " << number(h.sum) << '\n'
+        << name << "_count{" << label << "} " << h.count << '\n';
+  };
+
+  scalar("ellm:num_requests_running", "gauge", "Requests holding a slot.", m.requests_running);
+  scalar("ellm:num_requests_waiting", "gauge", "Requests queued for a slot.", m.requests_waiting);
+  scalar("ellm:prompt_tokens_total", "counter", "Prompt tokens received.", m.prompt_tokens_total);
+  scalar("ellm:generation_tokens_total", "counter", "Tokens generated.", m.generation_tokens_total);
+  scalar("ellm:session_cache_hit_tokens_total", "counter", "Prompt tokens served from the session cache instead of prefilled.", m.cached_tokens_total);
+  scalar("ellm:requests_finished_total", "counter", "Requests finished (any reason).", m.requests_finished_total);
+  scalar("ellm:kv_cache_resident_bytes", "gauge", "KV cache memory committed in RAM.", static_cast<double>(m.kv_resident_bytes));
+  scalar("ellm:kv_cache_budget_bytes", "gauge", "KV cache memory budget (--kv-memory).", static_cast<double>(m.kv_budget_bytes));
+  histogram("ellm:time_to_first_token_seconds", "Time from arrival to the first generated token.", m.time_to_first_token);
+  histogram("ellm:inter_token_latency_seconds", "Time between consecutive generated tokens.", m.inter_token_latency);
+  histogram("ellm:e2e_request_latency_seconds", "Time from arrival to the last token.", m.e2e_latency);
+
+  out << "# HELP ellm:http_responses_total HTTP responses by route and status.\n"
+      << "# TYPE ellm:http_responses_total counter\n";
+  for (const auto& [key, count] : http.snapshot())
+    out << "ellm:http_responses_total{route=\"" << escape_label(key.first) << "\",status=\"" << key.second << "\"} " << count << '\n';
+  return out.str();
+}
+
+}  // namespace ellm

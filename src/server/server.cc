@@ -1,0 +1,228 @@
+#include "server/server.h"
+
+#include <algorithm>
+#include <cctype>
+#include <thread>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "model/model.h"
+#include "server/api_response.h"
+#include "server/server_impl.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+namespace ellm {
+
+using nlohmann::json;
+using ojson = nlohmann::ordered_json;  // requests keep their key order: templates render it
+
+std::string json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string sse_data(const json& j) { return "data: " + json_text(j) + "\n\n"; }
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(json_text(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, error_json(e)); }
+
+size_t parse_byte_size(const std::string& text, const std::string& what) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) i++;
+  std::string unit = text.substr(i);
+  if (i == 0 || i > 15) throw Error(what + ": expected a size like 8G, 512M or 1048576, got '" + text + "'");
+  size_t value = std::stoull(text.substr(0, i));
+  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
+  if (!unit.empty() && unit.back() == 'i') unit.pop_back();
+  size_t scale = 1;
+  if (unit.empty()) scale = 1;
+  else if (unit == "k" || unit == "K") scale = size_t{1} << 10;
+  else if (unit == "m" || unit == "M") scale = size_t{1} << 20;
+  else if (unit == "g" || unit == "G") scale = size_t{1} << 30;
+  else if (unit == "t" || unit == "T") scale = size_t{1} << 40;
+  else throw Error(what + ": unknown size unit in '" + text + "' (use K, M, G or T)");
+  return value * scale;
+}
+
+namespace {
+
+const char* route_label(const std::string& path) {
+  static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
+                                "/metrics", "/tokenize", "/detokenize"};
+  for (const char* k : known)
+    if (path == k) return k;
+  return "other";
+}
+
+bool needs_auth(const std::string& path) { return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize"; }
+
+}  // namespace
+
+Server::Impl::Impl(Engine& engine, const ChatTemplate& chat_template, ServerOptions opts)
+    : engine(engine), chat_template(chat_template), options(std::move(opts)),
+      sequence_length(engine.model().limits().sequence_length) {
+  const int threads = std::max(4, options.http_threads);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http.set_payload_max_length(options.max_body_bytes);
+  http.set_tcp_nodelay(true);
+  http.set_read_timeout(30);
+  http.set_write_timeout(30);
+
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!options.api_key.empty() && needs_auth(req.path) &&
+        req.get_header_value("Authorization") != "Bearer " + options.api_key) {
+      send_error(res, ApiError(401, "authentication_error", "invalid or missing API key (send 'Authorization: Bearer <key>')"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (draining.load() && req.path != "/health" && req.path != "/metrics") {
+      send_error(res, ApiError(503, "service_unavailable", "the server is shutting down"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // Statuses httplib produces itself (404 route, 413 body, 400 bad HTTP) get the JSON error body.
+  http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty() || res.is_chunked_content_provider_) return httplib::Server::HandlerResponse::Unhandled;
+    std::string message = res.status == 404   ? "no route " + req.method + " " + req.path
+                          : res.status == 413 ? "request body is larger than the server's limit (--max-body-size)"
+                          : res.status == 405 ? "method not allowed"
+                                              : "bad request";
+    send_error(res, ApiError(res.status, res.status == 404 ? "not_found_error" : "invalid_request_error", message));
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string message = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      message = std::string("internal error: ") + e.what();
+    } catch (...) {
+    }
+    send_error(res, ApiError(500, "internal_server_error", message));
+  });
+  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    counters.count(route_label(req.path), res.status);
+  });
+
+  // Handlers turn ApiError/Error into 4xx; anything else reaches the exception handler as 500.
+  auto guarded = [this](void (Impl::*route)(const httplib::Request&, httplib::Response&)) {
+    return [this, route](const httplib::Request& req, httplib::Response& res) {
+      try {
+        (this->*route)(req, res);
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      } catch (const Error& e) {
+        send_error(res, ApiError(400, "invalid_request_error", e.what()));
+      }
+    };
+  };
+  http.Post("/v1/chat/completions", guarded(&Impl::chat_completions));
+  http.Post("/v1/completions", guarded(&Impl::completions));
+  http.Get("/v1/models", guarded(&Impl::models));
+  http.Post("/tokenize", guarded(&Impl::tokenize));
+  http.Post("/detokenize", guarded(&Impl::detokenize));
+  http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(prometheus_text(this->engine.metrics(), counters, options.model_name), "text/plain; version=0.0.4");
+  });
+}
+
+void Server::Impl::check_model_name(const std::string& requested) const {
+  if (!requested.empty() && requested != options.model_name)
+    throw ApiError(404, "not_found_error", "the model '" + requested + "' does not exist; this server serves '" + options.model_name + "'", "model");
+}
+
+void Server::Impl::models(const httplib::Request&, httplib::Response& res) {
+  json model = {{"id", options.model_name},
+                {"object", "model"},
+                {"created", unix_time()},
+                {"owned_by", "ellm"},
+                {"root", options.model_path},
+                {"parent", nullptr},
+                {"max_model_len", sequence_length}};
+  send_json(res, 200, {{"object", "list"}, {"data", json::array({model})}});
+}
+
+// The model's vocabulary can be larger than the tokenizer's (padding rows): those ids have no text.
+std::string Server::Impl::token_text(int32_t id) const {
+  const Tokenizer& tokenizer = engine.tokenizer();
+  return id >= 0 && id < tokenizer.vocab_size() ? tokenizer.token_bytes(id) : std::string();
+}
+
+// vLLM shapes: {"prompt": text} or {"messages": [...]} -> {"count", "max_model_len", "tokens", "token_strs"}.
+void Server::Impl::tokenize(const httplib::Request& req, httplib::Response& res) {
+  ojson body = parse_body(req.body);
+  if (auto it = body.find("model"); it != body.end() && it->is_string()) check_model_name(it->get<std::string>());
+  std::string text;
+  if (auto it = body.find("messages"); it != body.end()) {
+    if (!it->is_array() || it->empty()) throw_bad_request("'messages' must be a non-empty list", "messages");
+    bool add_generation_prompt = body.value("add_generation_prompt", true);
+    ojson tools = body.contains("tools") && body["tools"].is_array() ? body["tools"] : ojson(nullptr);
+    ojson kwargs = body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object() ? body["chat_template_kwargs"] : ojson::object();
+    text = chat_template.render(normalize_chat_messages(*it), tools, add_generation_prompt, kwargs);
+  } else if (auto p = body.find("prompt"); p != body.end() && p->is_string()) {
+    text = p->get<std::string>();
+  } else {
+    throw_bad_request("'prompt' (a string) or 'messages' is required", "prompt");
+  }
+  std::vector<int32_t> ids = engine.tokenizer().encode(text);
+  json strs = nullptr;
+  if (body.value("return_token_strs", false)) {
+    strs = json::array();
+    for (int32_t id : ids) strs.push_back(token_text(id));
+  }
+  send_json(res, 200, {{"count", ids.size()}, {"max_model_len", sequence_length}, {"tokens", ids}, {"token_strs", strs}});
+}
+
+void Server::Impl::detokenize(const httplib::Request& req, httplib::Response& res) {
+  ojson body = parse_body(req.body);
+  if (auto it = body.find("model"); it != body.end() && it->is_string()) check_model_name(it->get<std::string>());
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array()) throw_bad_request("'tokens' must be a list of token ids", "tokens");
+  std::vector<int32_t> ids;
+  for (const ojson& x : *it) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= engine.tokenizer().vocab_size())
+      throw_bad_request("'tokens' holds a value that is not a token id of this model", "tokens");
+    ids.push_back(x.get<int32_t>());
+  }
+  send_json(res, 200, {{"prompt", engine.tokenizer().decode(ids, false)}});
+}
+
+bool Server::Impl::past_grace() const {
+  if (!draining.load()) return false;
+  return std::chrono::steady_clock::now().time_since_epoch().count() > grace_deadline_ns.load();
+}
+
+// ---- Server ----
+
+Server::Server(Engine& engine, const ChatTemplate& chat_template, ServerOptions options)
+    : impl_(std::make_unique<Impl>(engine, chat_template, std::move(options))) {}
+
+Server::~Server() = default;
+
+int Server::bind(const std::string& host, int port) {
+  if (port == 0) {
+    int bound = impl_->http.bind_to_any_port(host);
+    if (bound <= 0) throw Error("serve: cannot bind " + host + " to any port");
+    return bound;
+  }
+  if (!impl_->http.bind_to_port(host, port))
+    throw Error("serve: cannot listen on " + host + ":" + std::to_string(port) + " (address in use or not available)");
+  return port;
+}
+
+void Server::run() { impl_->http.listen_after_bind(); }
+
+void Server::shutdown(std::chrono::milliseconds grace) {
+  using namespace std::chrono;
+  Impl& s = *impl_;
+  s.grace_deadline_ns.store((steady_clock::now() + grace).time_since_epoch().count());
+  s.draining.store(true);
+  // In-flight requests finish or, past the grace period, cancel themselves (see respond()).
+  auto give_up = steady_clock::now() + grace + seconds(5);
+  while (s.in_flight.load() > 0 && steady_clock::now() < give_up) std::this_thread::sleep_for(milliseconds(20));
+  s.http.stop();
+}
+
+}  // namespace ellm

@@ -1,0 +1,51 @@
+#pragma once
+// The OpenAI/vLLM-compatible HTTP server over one Engine. HTTP threads parse, render, tokenize
+// and submit; they only ever wait on their own RequestStream, so a slow client never stalls the
+// engine and one bad request never touches another.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "engine/output_parser.h"
+
+namespace ellm {
+
+class ChatTemplate;
+
+struct ServerOptions {
+  std::string model_name;                 // what /v1/models lists and requests must name
+  std::string model_path;                 // shown as the model's root
+  std::string api_key;                    // "" = no authentication
+  size_t max_body_bytes = 8u << 20;       // larger bodies get 413
+  ToolCallFormat tool_call_format = ToolCallFormat::none;
+  bool parse_reasoning = true;            // split <think>...</think> into reasoning_content
+  bool session_cache = true;              // false: every request prefills from scratch
+  SamplingParams default_sampling;        // generation_config.json
+  int http_threads = 16;                  // concurrent connections served
+};
+
+class Server {
+ public:
+  Server(Engine& engine, const ChatTemplate& chat_template, ServerOptions options);
+  ~Server();
+
+  // Binds host:port (port 0 = any free port) and returns the port. Throws Error on failure.
+  int bind(const std::string& host, int port);
+  // Serves until shutdown() completes; returns then.
+  void run();
+  // Graceful stop, callable from any thread: new requests get 503, in-flight ones get `grace`
+  // to finish and are then cancelled (they end with finish_reason "abort"), then run() returns.
+  void shutdown(std::chrono::milliseconds grace);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// "8G", "512M", "64k", "1048576" -> bytes. Throws Error naming `what` on anything else.
+size_t parse_byte_size(const std::string& text, const std::string& what);
+
+}  // namespace ellm

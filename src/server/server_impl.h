@@ -1,0 +1,54 @@
+#pragma once
+// Server internals shared by server.cc (routing, lifecycle, small routes) and completions.cc
+// (chat and text completions, streaming and not).
+#include <atomic>
+#include <chrono>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "server/api_request.h"
+#include "server/metrics.h"
+#include "server/server.h"
+
+namespace ellm {
+
+struct Server::Impl {
+  Impl(Engine& engine, const ChatTemplate& chat_template, ServerOptions options);
+
+  // Routes.
+  void chat_completions(const httplib::Request& req, httplib::Response& res);
+  void completions(const httplib::Request& req, httplib::Response& res);
+  void models(const httplib::Request& req, httplib::Response& res);
+  void tokenize(const httplib::Request& req, httplib::Response& res);
+  void detokenize(const httplib::Request& req, httplib::Response& res);
+
+  // Shared steps of a generation request.
+  void check_model_name(const std::string& requested) const;
+  // Fills max_tokens when absent and refuses prompts that cannot fit the sequence length.
+  void fit_to_sequence(GenerateRequest& request) const;
+  std::shared_ptr<RequestStream> submit(GenerateRequest request);
+  std::string token_text(int32_t id) const;
+  // Serves one generation: Output is ChatOutput or TextOutput.
+  template <class Output>
+  void respond(std::shared_ptr<RequestStream> stream, std::shared_ptr<Output> output, bool streaming,
+               httplib::Response& res);
+  bool past_grace() const;  // shutting down and the grace period is over: cancel
+
+  Engine& engine;
+  const ChatTemplate& chat_template;
+  ServerOptions options;
+  int64_t sequence_length;
+  httplib::Server http;
+  HttpCounters counters;
+  std::atomic<bool> draining{false};
+  std::atomic<int64_t> grace_deadline_ns{0};  // steady_clock, valid while draining
+  std::atomic<int> in_flight{0};
+};
+
+// One line of SSE: "data: <json>\n\n". Invalid UTF-8 from odd tokens is replaced, never thrown.
+std::string sse_data(const nlohmann::json& j);
+std::string json_text(const nlohmann::json& j);
+void send_json(httplib::Response& res, int status, const nlohmann::json& body);
+void send_error(httplib::Response& res, const ApiError& e);
+
+}  // namespace ellm

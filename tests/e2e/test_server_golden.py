@@ -1,0 +1,34 @@
+"""shared/golden/*/chat.json through the real server: every case whose greedy path has a clear
+margin comes back token for token (as text), with usage.prompt_tokens = len(prompt_ids)."""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from server_harness import SHARED, Server, check  # noqa: E402
+
+
+def main():
+    checked = 0
+    for name in ("tiny-qwen3", "tiny-qwen3-moe"):
+        golden = json.load(open(os.path.join(SHARED, "golden", name, "chat.json")))
+        with Server(os.path.join(SHARED, "models", name), sequence_length=2048) as s:
+            for case in golden["cases"]:
+                if case["min_margin"] < golden["safe_margin"]:
+                    continue
+                status, r = s.post("/v1/chat/completions", dict(case["request"], session_cache=False))
+                check(status == 200, f"{name}/{case['name']}: {status} {r}")
+                check(r["usage"]["prompt_tokens"] == len(case["prompt_ids"]),
+                      f"{name}/{case['name']}: prompt_tokens {r['usage']['prompt_tokens']} != {len(case['prompt_ids'])}")
+                message = r["choices"][0]["message"]
+                text = (message.get("content") or "")
+                check(text == case["completion_text"] and not message.get("tool_calls"),
+                      f"{name}/{case['name']}: {text!r} != {case['completion_text']!r}")
+                check(r["usage"]["completion_tokens"] == len(case["completion_ids"]), f"{name}/{case['name']}: completion length")
+                checked += 1
+    check(checked > 0, "no golden case checked")
+    print(f"ok: {checked} golden cases")
+
+
+if __name__ == "__main__":
+    main()
