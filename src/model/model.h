@@ -12,6 +12,18 @@ namespace ellm {
 
 struct ModelConfig;  // model/config.h
 
+// Time and work per operation of the passes since reset_profile() (for `ellm bench`).
+struct ForwardProfile {
+  struct Op {
+    std::string name;
+    double seconds = 0;
+    double flops = 0;    // multiply-adds x 2
+    double bytes = 0;    // weight and KV bytes read
+    bool is_gemm = false;
+  };
+  std::vector<Op> ops;
+};
+
 struct ServingLimits {
   int64_t sequence_length = 4096;  // positions per slot
   int64_t batch_size = 1;          // slots
@@ -50,6 +62,15 @@ class Model {
   virtual size_t kv_resident_bytes() const = 0;
   virtual size_t kv_bytes_per_token() const = 0;
   virtual size_t weight_bytes() const = 0;
+
+  // Bytes of MoE expert weights the passes so far have read (0 for dense models); benchmarks
+  // divide its growth by the tokens of a pass.
+  virtual uint64_t expert_bytes_read() const { return 0; }
+
+  // Profiling costs a clock read per operation; off unless a benchmark asks.
+  virtual void enable_profile(bool on) {}
+  virtual void reset_profile() {}
+  virtual ForwardProfile profile() const { return {}; }
 };
 
 }  // namespace ellm

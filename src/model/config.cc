@@ -1,0 +1,189 @@
+#include "model/config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+
+namespace ellm {
+namespace {
+
+using nlohmann::json;
+
+int64_t get_int(const json& j, const std::string& where, const char* key, bool required,
+                int64_t fallback = 0) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (required) fail(where, std::string("missing field '") + key + "'");
+    return fallback;
+  }
+  if (!it->is_number_integer()) fail(where, std::string("field '") + key + "' must be an integer");
+  return it->get<int64_t>();
+}
+
+double get_number(const json& j, const std::string& where, const char* key, double fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) fail(where, std::string("field '") + key + "' must be a number");
+  return it->get<double>();
+}
+
+bool get_bool(const json& j, const std::string& where, const char* key, bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) fail(where, std::string("field '") + key + "' must be true or false");
+  return it->get<bool>();
+}
+
+void require_positive(const std::string& where, const char* key, int64_t v) {
+  if (v <= 0) fail(where, std::string("field '") + key + "' must be positive, got " + std::to_string(v));
+}
+
+}  // namespace
+
+bool ModelConfig::is_moe_layer(int64_t layer) const {
+  if (num_experts <= 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end())
+    return false;
+  return (layer + 1) % decoder_sparse_step == 0;
+}
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::exception& e) {
+    fail(where, std::string("invalid JSON (") + e.what() + ")");
+  }
+  if (!j.is_object()) fail(where, "expected a JSON object");
+
+  ModelConfig c;
+  auto arch = j.find("architectures");
+  if (arch == j.end() || !arch->is_array() || arch->empty() || !(*arch)[0].is_string())
+    fail(where, "missing field 'architectures'");
+  c.architecture = (*arch)[0].get<std::string>();
+  if (c.architecture != "Qwen3ForCausalLM" && c.architecture != "Qwen3MoeForCausalLM")
+    fail(where, "unsupported architecture '" + c.architecture +
+                    "' (expected Qwen3ForCausalLM or Qwen3MoeForCausalLM)");
+  bool moe = c.architecture == "Qwen3MoeForCausalLM";
+
+  c.vocab_size = get_int(j, where, "vocab_size", true);
+  c.hidden_size = get_int(j, where, "hidden_size", true);
+  c.num_hidden_layers = get_int(j, where, "num_hidden_layers", true);
+  c.num_attention_heads = get_int(j, where, "num_attention_heads", true);
+  c.num_key_value_heads =
+      get_int(j, where, "num_key_value_heads", false, c.num_attention_heads);
+  require_positive(where, "hidden_size", c.hidden_size);
+  require_positive(where, "num_attention_heads", c.num_attention_heads);
+  c.head_dim = get_int(j, where, "head_dim", false, c.hidden_size / c.num_attention_heads);
+  c.intermediate_size = get_int(j, where, "intermediate_size", !moe);
+  c.max_position_embeddings = get_int(j, where, "max_position_embeddings", false, 40960);
+  c.rope_theta = get_number(j, where, "rope_theta", 1000000.0);
+  c.rms_norm_eps = get_number(j, where, "rms_norm_eps", 1e-6);
+  c.tie_word_embeddings = get_bool(j, where, "tie_word_embeddings", false);
+
+  require_positive(where, "vocab_size", c.vocab_size);
+  require_positive(where, "num_hidden_layers", c.num_hidden_layers);
+  require_positive(where, "num_key_value_heads", c.num_key_value_heads);
+  require_positive(where, "head_dim", c.head_dim);
+  if (c.head_dim % 2) fail(where, "field 'head_dim' must be even for RoPE");
+  if (c.num_attention_heads % c.num_key_value_heads)
+    fail(where, "num_attention_heads must be a multiple of num_key_value_heads");
+  if (c.rope_theta <= 0) fail(where, "field 'rope_theta' must be positive");
+  if (c.rms_norm_eps < 0) fail(where, "field 'rms_norm_eps' must not be negative");
+  auto scaling = j.find("rope_scaling");
+  if (scaling != j.end() && !scaling->is_null())
+    fail(where, "rope_scaling is not supported");
+  if (get_bool(j, where, "attention_bias", false)) fail(where, "attention_bias is not supported");
+  if (get_bool(j, where, "use_sliding_window", false))
+    fail(where, "use_sliding_window is not supported");
+  auto act = j.find("hidden_act");
+  if (act != j.end() && (!act->is_string() || act->get<std::string>() != "silu"))
+    fail(where, "field 'hidden_act' must be \"silu\"");
+
+  if (moe) {
+    c.num_experts = get_int(j, where, "num_experts", true);
+    c.num_experts_per_tok = get_int(j, where, "num_experts_per_tok", true);
+    c.moe_intermediate_size = get_int(j, where, "moe_intermediate_size", true);
+    c.norm_topk_prob = get_bool(j, where, "norm_topk_prob", false);
+    c.decoder_sparse_step = get_int(j, where, "decoder_sparse_step", false, 1);
+    auto only = j.find("mlp_only_layers");
+    if (only != j.end() && !only->is_null()) {
+      if (!only->is_array()) fail(where, "field 'mlp_only_layers' must be an array of integers");
+      for (const json& v : *only) {
+        if (!v.is_number_integer())
+          fail(where, "field 'mlp_only_layers' must be an array of integers");
+        c.mlp_only_layers.push_back(v.get<int64_t>());
+      }
+    }
+    if (c.num_experts < 0) fail(where, "field 'num_experts' must not be negative");
+    if (c.num_experts > 0) {
+      require_positive(where, "num_experts_per_tok", c.num_experts_per_tok);
+      require_positive(where, "moe_intermediate_size", c.moe_intermediate_size);
+      if (c.num_experts_per_tok > c.num_experts)
+        fail(where, "num_experts_per_tok exceeds num_experts");
+    }
+    require_positive(where, "decoder_sparse_step", c.decoder_sparse_step);
+  }
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    if (!c.is_moe_layer(i)) require_positive(where, "intermediate_size", c.intermediate_size);
+  return c;
+}
+
+ModelConfig load_model_config(const std::string& model_dir) {
+  std::string path = model_dir + "/config.json";
+  std::ifstream f(path);
+  if (!f) fail(path, "cannot open (is this a Hugging Face model folder?)");
+  std::stringstream text;
+  text << f.rdbuf();
+  return parse_model_config(text.str(), path);
+}
+
+std::string model_config_json(const ModelConfig& c) {
+  bool moe = c.architecture == "Qwen3MoeForCausalLM";
+  nlohmann::ordered_json j;
+  j["architectures"] = {c.architecture};
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["bos_token_id"] = 151643;
+  if (moe) j["decoder_sparse_step"] = c.decoder_sparse_step;
+  j["eos_token_id"] = 151645;
+  j["head_dim"] = c.head_dim;
+  j["hidden_act"] = "silu";
+  j["hidden_size"] = c.hidden_size;
+  j["initializer_range"] = 0.02;
+  j["intermediate_size"] = c.intermediate_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["max_window_layers"] = c.num_hidden_layers;
+  if (moe) {
+    j["mlp_only_layers"] = c.mlp_only_layers;
+    j["model_type"] = "qwen3_moe";
+    j["moe_intermediate_size"] = c.moe_intermediate_size;
+    j["norm_topk_prob"] = c.norm_topk_prob;
+  } else {
+    j["model_type"] = "qwen3";
+  }
+  j["num_attention_heads"] = c.num_attention_heads;
+  if (moe) {
+    j["num_experts"] = c.num_experts;
+    j["num_experts_per_tok"] = c.num_experts_per_tok;
+  }
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_scaling"] = nullptr;
+  j["rope_theta"] = c.rope_theta;
+  j["sliding_window"] = nullptr;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["torch_dtype"] = "bfloat16";
+  j["transformers_version"] = "4.51.0";
+  j["use_cache"] = true;
+  j["use_sliding_window"] = false;
+  j["vocab_size"] = c.vocab_size;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace ellm

@@ -1,0 +1,43 @@
+#pragma once
+// config.json of a Hugging Face Qwen3 (dense) or Qwen3-MoE model.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ellm {
+
+struct ModelConfig {
+  std::string architecture;  // Qwen3ForCausalLM or Qwen3MoeForCausalLM
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;  // from the config, not hidden / heads (they differ in Qwen3-0.6B)
+  int64_t intermediate_size = 0;  // dense MLP
+  int64_t max_position_embeddings = 0;
+  double rope_theta = 1000000.0;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  // Mixture of experts (Qwen3-MoE); num_experts == 0 for dense models.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+
+  bool is_moe_layer(int64_t layer) const;
+  bool is_moe() const { return num_experts > 0; }
+  int64_t q_dim() const { return num_attention_heads * head_dim; }
+  int64_t kv_dim() const { return num_key_value_heads * head_dim; }
+};
+
+// Parses and validates JSON text; `where` names the file in error messages.
+ModelConfig parse_model_config(const std::string& json_text, const std::string& where);
+// Reads <model_dir>/config.json.
+ModelConfig load_model_config(const std::string& model_dir);
+// The config.json text for a config (the keys Hugging Face writes).
+std::string model_config_json(const ModelConfig& config);
+
+}  // namespace ellm

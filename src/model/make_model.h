@@ -1,0 +1,35 @@
+#pragma once
+// Random-weight models in Hugging Face layout, for tests, benchmarks and the default model.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/safetensors.h"
+
+namespace ellm {
+
+std::vector<std::string> preset_names();
+ModelConfig preset_config(const std::string& name);  // throws Error listing the presets
+
+// Every tensor a checkpoint of this config holds, with its Hugging Face name and shape.
+std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& config);
+
+struct MakeModelOptions {
+  std::string preset;
+  int64_t layers = 0;  // 0 = the preset's depth
+  uint64_t seed = 0;
+  int shards = 1;
+  std::string out_dir;
+  std::string tokenizer_dir;  // holds tokenizer.json, tokenizer_config.json, chat_template.jinja
+};
+
+// Writes config.json, generation_config.json, the weights (streamed) and the tokenizer files.
+void make_model(const MakeModelOptions& options);
+
+// Writes config.json, generation_config.json and random weights for any config (tests use
+// shapes no preset has).
+void write_random_model(const ModelConfig& config, const std::string& out_dir, uint64_t seed,
+                        int shards);
+
+}  // namespace ellm

@@ -1,0 +1,263 @@
+#include "model/qwen3.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/log.h"
+
+namespace ellm {
+namespace {
+
+ServingLimits resolve(ServingLimits limits) {
+  if (limits.sequence_length <= 0) fail("--sequence-length", "must be positive");
+  if (limits.batch_size <= 0) fail("--batch-size", "must be positive");
+  if (limits.chunk_size < 0) fail("--chunk-size", "must not be negative");
+  if (limits.threads < 0) fail("--threads", "must not be negative");
+  if (limits.chunk_size == 0 || limits.chunk_size > limits.sequence_length)
+    limits.chunk_size = limits.sequence_length;
+  if (limits.threads == 0) limits.threads = physical_core_count();
+  return limits;
+}
+
+std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& model_dir, const ServingLimits& limits) {
+  ModelConfig config = load_model_config(model_dir);
+  return std::make_unique<Qwen3Model>(model_dir, config, limits);
+}
+
+Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
+                       const ServingLimits& limits)
+    : config_(config),
+      limits_(resolve(limits)),
+      max_tokens_(limits_.chunk_size + limits_.batch_size),
+      team_(limits_.threads) {
+  auto start = std::chrono::steady_clock::now();
+  weights_ = load_weights(model_dir, config_, active_isa());
+  kv_ = KvCache(config_.num_hidden_layers, limits_.batch_size, config_.num_key_value_heads,
+                limits_.sequence_length, config_.head_dim);
+
+  // HF: inv_freq = 1 / theta^(arange(0, d, 2) / d), in FP32.
+  const int64_t hd = config_.head_dim;
+  for (int64_t i = 0; i < hd / 2; ++i)
+    inv_freq_.push_back(1.0f / std::pow(float(config_.rope_theta), float(2 * i) / float(hd)));
+  attention_shape_ = {config_.num_attention_heads,
+                      config_.num_key_value_heads,
+                      hd,
+                      /*ldq=*/config_.q_dim() + 2 * config_.kv_dim(),
+                      /*ldo=*/config_.q_dim(),
+                      kv_.head_stride(),
+                      1.0f / std::sqrt(float(hd))};
+  plan_activations();
+
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "loaded %s in %.2f s (%s, %d threads): weights %s, resident %s, KV reserved %.1f GiB "
+                "(%zu KiB per token)",
+                model_dir.c_str(), seconds, isa_name(active_isa()), team_.size(),
+                mib(weights_.bytes).c_str(), mib(process_resident_bytes()).c_str(),
+                double(kv_.reserved_bytes()) / double(1ull << 30), kv_.bytes_per_token() >> 10);
+  log_info(line);
+}
+
+void Qwen3Model::plan_activations() {
+  const ModelConfig& c = config_;
+  const size_t T = size_t(max_tokens_), H = size_t(c.hidden_size), Q = size_t(c.q_dim());
+  const size_t W = Q + 2 * size_t(c.kv_dim()), F = size_t(std::max<int64_t>(c.intermediate_size, 0));
+  const size_t E = size_t(c.num_experts), K = size_t(c.num_experts_per_tok);
+  const size_t FE = size_t(c.moe_intermediate_size), TK = T * K;
+  size_t scratch = attention_scratch_floats(attention_shape_, max_tokens_, max_tokens_, team_.size());
+
+  // Two passes over the same list: first sum the sizes, then hand out pointers.
+  uint8_t* base = nullptr;
+  size_t offset = 0;
+  auto carve = [&](auto*& p, size_t count) {
+    using Elem = std::remove_pointer_t<std::remove_reference_t<decltype(p)>>;
+    offset = (offset + kAlign - 1) / kAlign * kAlign;
+    p = reinterpret_cast<Elem*>(base + offset);
+    offset += count * sizeof(Elem);
+  };
+  for (int pass = 0; pass < 2; ++pass) {
+    offset = 0;
+    carve(act_.x, T * H);
+    carve(act_.xn, T * H);
+    carve(act_.xb, T * std::max({H, Q, F, FE}));
+    carve(act_.qkv, T * W);
+    carve(act_.attn, T * Q);
+    carve(act_.gate_up, T * 2 * F);
+    carve(act_.act, T * F);
+    carve(act_.attention_scratch, scratch);
+    carve(act_.router_logits, T * E);
+    carve(act_.topk_expert, T * K);
+    carve(act_.topk_weight, T * K);
+    carve(act_.row_of_choice, T * K);
+    carve(act_.token_of_row, TK);
+    carve(act_.moe_in, TK * H);
+    carve(act_.moe_gate_up, TK * 2 * FE);
+    carve(act_.moe_act, TK * FE);
+    carve(act_.moe_act_b, TK * FE);
+    carve(act_.moe_out, TK * H);
+    if (pass == 0) {
+      act_.region = VirtualRegion(offset + kAlign);
+      base = act_.region.data();
+    }
+  }
+  act_.seqs.resize(T);
+  act_.want_rows.resize(T);
+  act_.expert_rows.resize(E + 1);
+}
+
+void Qwen3Model::validate(std::span<const BatchToken> tokens) const {
+  if (int64_t(tokens.size()) > max_tokens_)
+    fail("forward", std::to_string(tokens.size()) + " tokens in one pass, more than the planned " +
+                        std::to_string(max_tokens_) + " (chunk size + batch size)");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const BatchToken& t = tokens[i];
+    if (t.token < 0 || t.token >= config_.vocab_size)
+      fail("forward", "token id " + std::to_string(t.token) + " is outside the vocabulary (" +
+                          std::to_string(config_.vocab_size) + " ids)");
+    if (t.slot < 0 || t.slot >= limits_.batch_size)
+      fail("forward", "slot " + std::to_string(t.slot) + " does not exist (batch size " +
+                          std::to_string(limits_.batch_size) + ")");
+    if (t.position < 0 || t.position >= limits_.sequence_length)
+      fail("forward", "position " + std::to_string(t.position) +
+                          " is beyond the sequence length " +
+                          std::to_string(limits_.sequence_length));
+  }
+}
+
+void Qwen3Model::forward(std::span<const BatchToken> tokens, float* logits) {
+  validate(tokens);
+  const int64_t n = int64_t(tokens.size()), H = config_.hidden_size;
+  if (n == 0) return;
+  for (const BatchToken& t : tokens) kv_.note_written(t.slot, t.position + 1);
+
+  // x = embed_tokens(input_ids)                                   x: [n][H]
+  rows(n, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      convert_bf16_to_f32(weights_.embedding + int64_t(tokens[t].token) * H, act_.x + t * H, H);
+  });
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    const LayerWeights& L = weights_.layers[l];
+    attention_block(l, tokens);
+    // x = x + mlp(post_attention_layernorm(x))
+    norm_to_bf16(L.post_attention_norm.get(), n);
+    if (L.is_moe)
+      moe_block(L.moe, n);
+    else
+      mlp_block(L.mlp, n);
+  }
+  lm_head(tokens, logits);
+}
+
+// xn = rmsnorm(x) * weight; xb = bf16(xn)                   rows [0, n) of [n][H]
+void Qwen3Model::norm_to_bf16(const float* weight, int64_t n) {
+  const int64_t H = config_.hidden_size;
+  const float eps = float(config_.rms_norm_eps);
+  rows(n, [&](int64_t begin, int64_t end) {
+    rmsnorm(act_.x + begin * H, end - begin, H, H, weight, eps, act_.xn + begin * H, H);
+    convert_f32_to_bf16(act_.xn + begin * H, act_.xb + begin * H, (end - begin) * H);
+  });
+}
+
+// x = x + o_proj(attention(rope(q_norm(q)), rope(k_norm(k)), v)),
+// with q, k, v = input_layernorm(x) @ [Wq; Wk; Wv]^T.
+void Qwen3Model::attention_block(int64_t layer, std::span<const BatchToken> tokens) {
+  const LayerWeights& L = weights_.layers[layer];
+  const ModelConfig& c = config_;
+  const int64_t n = int64_t(tokens.size()), H = c.hidden_size, hd = c.head_dim;
+  const int64_t Q = c.q_dim(), KV = c.kv_dim(), W = Q + 2 * KV;
+  const float eps = float(c.rms_norm_eps);
+
+  norm_to_bf16(L.input_norm.get(), n);
+  // qkv = xb @ Wqkv^T                                              qkv: [n][Q + 2 KV]
+  team_.run([&](int m, int nm) { matmul(act_.xb, n, H, L.qkv, act_.qkv, W, false, m, nm); });
+
+  // Per token: RMSNorm each q and k head over head_dim, rotate, write k and v into the cache.
+  rows(n, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* q = act_.qkv + t * W;  // [n_heads][hd]
+      float* k = q + Q;             // [n_kv_heads][hd]
+      float* v = k + KV;            // [n_kv_heads][hd]
+      rmsnorm(q, c.num_attention_heads, hd, hd, L.q_norm.get(), eps, q, hd);
+      rmsnorm(k, c.num_key_value_heads, hd, hd, L.k_norm.get(), eps, k, hd);
+      rope(q, c.num_attention_heads, hd, tokens[t].position, inv_freq_.data());
+      rope(k, c.num_key_value_heads, hd, tokens[t].position, inv_freq_.data());
+      float* k_cache = kv_.k(layer, tokens[t].slot) + tokens[t].position * hd;
+      float* v_cache = kv_.v(layer, tokens[t].slot) + tokens[t].position * hd;
+      for (int64_t h = 0; h < c.num_key_value_heads; ++h) {
+        std::memcpy(k_cache + h * kv_.head_stride(), k + h * hd, size_t(hd) * sizeof(float));
+        std::memcpy(v_cache + h * kv_.head_stride(), v + h * hd, size_t(hd) * sizeof(float));
+      }
+    }
+  });
+
+  // Causal GQA attention, one sequence per run of consecutive tokens of one slot.
+  int64_t n_seqs = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    if (t > 0 && tokens[t].slot == tokens[t - 1].slot &&
+        tokens[t].position == tokens[t - 1].position + 1) {
+      ++act_.seqs[n_seqs - 1].n_q;
+      continue;
+    }
+    act_.seqs[n_seqs++] = {act_.qkv + t * W, act_.attn + t * Q, 1, tokens[t].position,
+                           kv_.k(layer, tokens[t].slot), kv_.v(layer, tokens[t].slot)};
+  }
+  team_.run([&](int m, int nm) {
+    attention(act_.seqs.data(), n_seqs, attention_shape_, act_.attention_scratch, m, nm);
+  });
+
+  // x = x + attn @ Wo^T                                         attn: [n][Q]
+  rows(n, [&](int64_t begin, int64_t end) {
+    convert_f32_to_bf16(act_.attn + begin * Q, act_.xb + begin * Q, (end - begin) * Q);
+  });
+  team_.run([&](int m, int nm) { matmul(act_.xb, n, Q, L.o_proj, act_.x, H, true, m, nm); });
+}
+
+// x = x + down(silu(gate(xb)) * up(xb))                   xb: [n][H] = post_attention_layernorm(x)
+void Qwen3Model::mlp_block(const SwiGluWeights& mlp, int64_t n) {
+  const int64_t H = config_.hidden_size, F = mlp.down.k;
+  team_.run([&](int m, int nm) {
+    matmul(act_.xb, n, H, mlp.gate_up, act_.gate_up, 2 * F, false, m, nm);
+  });
+  rows(n, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      silu_mul(act_.gate_up + t * 2 * F, act_.gate_up + t * 2 * F + F, act_.act + t * F, F);
+    convert_f32_to_bf16(act_.act + begin * F, act_.xb + begin * F, (end - begin) * F);
+  });
+  team_.run([&](int m, int nm) { matmul(act_.xb, n, F, mlp.down, act_.x, H, true, m, nm); });
+}
+
+// logits = norm(x) @ lm_head^T, only for the tokens that want logits.
+void Qwen3Model::lm_head(std::span<const BatchToken> tokens, float* logits) {
+  const int64_t H = config_.hidden_size, V = config_.vocab_size;
+  int64_t n_want = 0;
+  for (int64_t t = 0; t < int64_t(tokens.size()); ++t)
+    if (tokens[t].want_logits) act_.want_rows[n_want++] = int32_t(t);
+  if (n_want == 0) return;
+  if (!logits) fail("forward", "tokens want logits but no output buffer was given");
+  const float eps = float(config_.rms_norm_eps);
+  rows(n_want, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      rmsnorm(act_.x + act_.want_rows[i] * H, 1, H, H, weights_.final_norm.get(), eps,
+              act_.xn + i * H, H);
+      convert_f32_to_bf16(act_.xn + i * H, act_.xb + i * H, H);
+    }
+  });
+  team_.run([&](int m, int nm) {
+    matmul(act_.xb, n_want, H, weights_.lm_head, logits, V, false, m, nm);
+  });
+}
+
+void Qwen3Model::release_kv(int slot, int64_t from_position) {
+  if (slot < 0 || slot >= limits_.batch_size)
+    fail("release_kv", "slot " + std::to_string(slot) + " does not exist");
+  kv_.release(slot, std::max<int64_t>(from_position, 0));
+}
+
+}  // namespace ellm

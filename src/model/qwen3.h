@@ -1,0 +1,93 @@
+#pragma once
+// The Qwen3 / Qwen3-MoE forward pass (Hugging Face modeling_qwen3.py, modeling_qwen3_moe.py)
+// over the static KV cache, with every activation buffer planned at load.
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/memory.h"
+#include "base/threads.h"
+#include "kernels/kernels.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "model/weights.h"
+
+namespace ellm {
+
+// Activation buffers for passes of up to max_tokens tokens, carved from one virtual
+// reservation: pages commit as a pass first touches them, so the plan for a long
+// sequence costs address space, not RAM.
+struct Activations {
+  VirtualRegion region;
+  float* x;              // [T][hidden]  the residual stream
+  float* xn;             // [T][hidden]  normed rows (FP32, the router's input)
+  bf16* xb;              // [T][max(hidden, q_dim, ffn)]  BF16 input of the next GEMM
+  float* qkv;            // [T][q_dim + 2 kv_dim]
+  float* attn;           // [T][q_dim]
+  float* gate_up;        // [T][2 ffn]
+  float* act;            // [T][ffn]
+  float* attention_scratch;
+  std::vector<AttentionSeq> seqs;  // [T]
+  std::vector<int32_t> want_rows;  // [T]
+  // MoE: routing per token, then the token rows regrouped by expert (T * top_k rows).
+  float* router_logits;      // [T][num_experts]
+  int32_t* topk_expert;      // [T][top_k]
+  float* topk_weight;        // [T][top_k]
+  int32_t* row_of_choice;    // [T][top_k]  row of the grouped buffers holding that choice
+  int32_t* token_of_row;     // [T * top_k]
+  std::vector<int64_t> expert_rows;  // [num_experts + 1]  first grouped row of each expert
+  bf16* moe_in;              // [T * top_k][hidden]
+  float* moe_gate_up;        // [T * top_k][2 moe_ffn]
+  float* moe_act;            // [T * top_k][moe_ffn]
+  bf16* moe_act_b;           // [T * top_k][moe_ffn]
+  float* moe_out;            // [T * top_k][hidden]
+};
+
+class Qwen3Model final : public Model {
+ public:
+  Qwen3Model(const std::string& model_dir, const ModelConfig& config, const ServingLimits& limits);
+
+  const ModelConfig& config() const override { return config_; }
+  const ServingLimits& limits() const override { return limits_; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t max_pass_tokens() const override { return max_tokens_; }
+  void forward(std::span<const BatchToken> tokens, float* logits) override;
+  void release_kv(int slot, int64_t from_position) override;
+  size_t kv_resident_bytes() const override { return kv_.resident_bytes(); }
+  size_t kv_bytes_per_token() const override { return kv_.bytes_per_token(); }
+  size_t weight_bytes() const override { return weights_.bytes; }
+  uint64_t expert_bytes_read() const override { return expert_bytes_read_.load(); }
+
+ private:
+  void validate(std::span<const BatchToken> tokens) const;
+  void plan_activations();
+  // fn(begin, end) on each member's share of [0, n) rows.
+  template <class Fn>
+  void rows(int64_t n, Fn&& fn) {
+    team_.run([&](int member, int n_members) {
+      auto [begin, end] = split_range(n, member, n_members);
+      if (begin < end) fn(begin, end);
+    });
+  }
+  void norm_to_bf16(const float* weight, int64_t n);
+  void attention_block(int64_t layer, std::span<const BatchToken> tokens);
+  void mlp_block(const SwiGluWeights& mlp, int64_t n);
+  void moe_block(const MoeWeights& moe, int64_t n);
+  void lm_head(std::span<const BatchToken> tokens, float* logits);
+
+  ModelConfig config_;
+  ServingLimits limits_;
+  int64_t max_tokens_;
+  ThreadTeam team_;
+  ModelWeights weights_;
+  KvCache kv_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+  AttentionShape attention_shape_;
+  Activations act_;
+  std::atomic<uint64_t> expert_bytes_read_{0};
+};
+
+}  // namespace ellm

@@ -1,0 +1,51 @@
+#pragma once
+// The weights of a Qwen3 / Qwen3-MoE model as the forward pass uses them: GEMM matrices packed
+// for one instruction set (Q/K/V fused into one matrix, gate/up into one), norms in FP32, the
+// embedding table BF16 (left memory-mapped when the checkpoint is BF16).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/memory.h"
+#include "kernels/kernels.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+
+namespace ellm {
+
+struct SwiGluWeights {
+  PackedWeights gate_up;  // [2 * ffn][hidden]: rows [0, ffn) gate_proj, [ffn, 2 ffn) up_proj
+  PackedWeights down;     // [hidden][ffn]
+};
+
+struct MoeWeights {
+  Buffer<float> router;               // [num_experts][hidden], FP32 (the router runs in FP32)
+  std::vector<SwiGluWeights> experts;  // each expert's matrices in their own contiguous buffers
+};
+
+struct LayerWeights {
+  Buffer<float> input_norm, post_attention_norm;  // [hidden]
+  Buffer<float> q_norm, k_norm;                   // [head_dim]
+  PackedWeights qkv;     // [q_dim + 2 kv_dim][hidden]: q_proj, k_proj, v_proj rows
+  PackedWeights o_proj;  // [hidden][q_dim]
+  bool is_moe = false;
+  SwiGluWeights mlp;  // dense layers
+  MoeWeights moe;     // MoE layers
+};
+
+struct ModelWeights {
+  SafetensorsStore store;  // keeps the mapped embedding alive
+  const bf16* embedding = nullptr;  // [vocab][hidden]
+  Buffer<bf16> embedding_copy;      // when the checkpoint is not BF16
+  Buffer<float> final_norm;         // [hidden]
+  PackedWeights lm_head;            // [vocab][hidden] (packed from the embedding when tied)
+  std::vector<LayerWeights> layers;
+  size_t bytes = 0;         // packed matrices + embedding + norms
+  size_t expert_bytes = 0;  // all experts of all layers (part of bytes)
+};
+
+// Opens the checkpoint in model_dir, checks every tensor against the config and packs for isa.
+// Pages of the mapped checkpoint are released as each tensor is packed.
+ModelWeights load_weights(const std::string& model_dir, const ModelConfig& config, Isa isa);
+
+}  // namespace ellm

@@ -1,0 +1,201 @@
+// The forward pass against the independent reference in shared/golden, on every instruction
+// set this machine has, plus the invariants of the static KV cache: one-shot prefill equals
+// chunked feeding, slots batched together equal slots run alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "base/cpu.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "model_test_util.h"
+
+namespace ellm {
+namespace {
+
+struct Golden {
+  nlohmann::json session;
+  std::vector<std::vector<int32_t>> feeds;
+  std::vector<int32_t> topk_ids;
+  std::vector<float> topk_logits, lse;
+  int64_t vocab, positions, topk;
+
+  explicit Golden(const std::string& name) {
+    std::string dir = test::shared_dir() + "/golden/" + name;
+    session = nlohmann::json::parse(test::read_text(dir + "/session.json"));
+    feeds = session["feeds"].get<std::vector<std::vector<int32_t>>>();
+    vocab = session["vocab_size"];
+    positions = session["positions"];
+    topk = session["topk"];
+    topk_ids = test::read_binary<int32_t>(dir + "/session_topk_ids.i32");
+    topk_logits = test::read_binary<float>(dir + "/session_topk_logits.f32");
+    lse = test::read_binary<float>(dir + "/session_lse.f32");
+  }
+};
+
+std::string model_dir(const std::string& name) { return test::shared_dir() + "/models/" + name; }
+
+ServingLimits small_limits(int64_t chunk, int64_t batch = 1) {
+  ServingLimits limits;
+  limits.sequence_length = 128;
+  limits.batch_size = batch;
+  limits.chunk_size = chunk;
+  limits.threads = 2;
+  return limits;
+}
+
+// Feeds the chunks in order into one slot; returns [positions][vocab] logits.
+std::vector<float> run_feeds(Model& model, const std::vector<std::vector<int32_t>>& feeds,
+                             int slot = 0) {
+  const int64_t V = model.vocab_size();
+  std::vector<float> logits;
+  std::vector<BatchToken> batch;
+  int32_t position = 0;
+  for (const auto& chunk : feeds) {
+    batch.clear();
+    for (int32_t id : chunk) batch.push_back({id, slot, position++, true});
+    size_t at = logits.size();
+    logits.resize(at + chunk.size() * size_t(V));
+    model.forward(batch, logits.data() + at);
+  }
+  return logits;
+}
+
+struct Score {
+  std::vector<double> err;  // per position
+  double fraction_within = 0;
+  int argmax_mismatches = 0;  // at clear-margin positions within atol
+  double percentile(double p) const {
+    std::vector<double> sorted = err;
+    std::sort(sorted.begin(), sorted.end());
+    return sorted[std::min(sorted.size() - 1, size_t(p * double(sorted.size())))];
+  }
+};
+
+// The rule of shared/golden/README.md.
+Score score(const Golden& g, const std::vector<float>& logits) {
+  Score s;
+  const double atol = g.session["atol"], margin_min = g.session["margin_min"];
+  int within = 0;
+  for (int64_t p = 0; p < g.positions; ++p) {
+    const float* row = logits.data() + p * g.vocab;
+    double max_logit = *std::max_element(row, row + g.vocab), sum = 0;
+    for (int64_t v = 0; v < g.vocab; ++v) sum += std::exp(double(row[v]) - max_logit);
+    double lse = max_logit + std::log(sum);
+    double worst = 0;
+    for (int64_t j = 0; j < g.topk; ++j)
+      worst = std::max(worst, std::abs(double(row[g.topk_ids[p * g.topk + j]]) -
+                                       double(g.topk_logits[p * g.topk + j])));
+    double err = worst + std::abs(lse - double(g.lse[p]));
+    s.err.push_back(err);
+    within += err <= atol;
+    int64_t argmax = std::max_element(row, row + g.vocab) - row;
+    if (double(g.session["reference_margin"][p]) > margin_min && err <= atol &&
+        argmax != g.session["reference_argmax"][p].get<int64_t>())
+      ++s.argmax_mismatches;
+  }
+  s.fraction_within = double(within) / double(g.positions);
+  return s;
+}
+
+class GoldenSession : public testing::TestWithParam<std::string> {
+ protected:
+  void TearDown() override { set_active_isa(best_isa()); }
+};
+
+TEST_P(GoldenSession, PassesTheReferenceRuleOnEveryIsa) {
+  const std::string name = GetParam();
+  Golden golden(name);
+  for (Isa isa : supported_isas()) {
+    set_active_isa(isa);  // before loading: weights are packed for it
+    auto model = Model::load(model_dir(name), small_limits(48));
+    Score s = score(golden, run_feeds(*model, golden.feeds));
+    std::printf("[golden %s %s] err p50 %.4f p90 %.4f max %.4f, %.1f%% within atol\n",
+                name.c_str(), isa_name(isa), s.percentile(0.5), s.percentile(0.9),
+                s.percentile(1.0), 100 * s.fraction_within);
+    EXPECT_GE(s.fraction_within, 0.9) << isa_name(isa);
+    EXPECT_EQ(s.argmax_mismatches, 0) << isa_name(isa);
+  }
+}
+
+TEST_P(GoldenSession, OneShotPrefillEqualsChunkedFeeding) {
+  const std::string name = GetParam();
+  Golden golden(name);
+  auto model = Model::load(model_dir(name), small_limits(128));
+  std::vector<float> chunked = run_feeds(*model, golden.feeds);
+  std::vector<int32_t> all;
+  for (const auto& f : golden.feeds) all.insert(all.end(), f.begin(), f.end());
+  std::vector<float> one_shot = run_feeds(*model, {all});
+  ASSERT_EQ(chunked.size(), one_shot.size());
+  double max_diff = 0;
+  for (size_t i = 0; i < chunked.size(); ++i)
+    max_diff = std::max(max_diff, double(std::abs(chunked[i] - one_shot[i])));
+  std::printf("[%s] one-shot vs chunked: max |diff| %.2e\n", name.c_str(), max_diff);
+  EXPECT_LT(max_diff, 2e-3);
+}
+
+TEST_P(GoldenSession, SlotsBatchedTogetherMatchSlotsRunAlone) {
+  const std::string name = GetParam();
+  Golden golden(name);
+  auto model = Model::load(model_dir(name), small_limits(64, 2));
+  const int64_t V = model->vocab_size();
+  // Slot 0 gets the golden prompt, slot 1 a different one; then both decode in one batch.
+  std::vector<int32_t> a(golden.feeds[0].begin(), golden.feeds[0].begin() + 20);
+  std::vector<int32_t> b(golden.feeds[0].begin() + 20, golden.feeds[0].end());
+  std::vector<float> alone_a = run_feeds(*model, {a, {7, 8}}, 0);
+  std::vector<float> alone_b = run_feeds(*model, {b, {9, 10}}, 1);
+
+  // Prefill both in one pass, then decode two tokens each, interleaved by slot.
+  std::vector<BatchToken> batch;
+  for (size_t i = 0; i < a.size(); ++i) batch.push_back({a[i], 0, int32_t(i), true});
+  for (size_t i = 0; i < b.size(); ++i) batch.push_back({b[i], 1, int32_t(i), true});
+  std::vector<float> prefill(batch.size() * size_t(V));
+  model->forward(batch, prefill.data());
+  std::vector<BatchToken> decode = {{9, 1, int32_t(b.size()), true}, {7, 0, int32_t(a.size()), true},
+                                    {10, 1, int32_t(b.size() + 1), true},
+                                    {8, 0, int32_t(a.size() + 1), true}};
+  std::vector<float> step(decode.size() * size_t(V));
+  model->forward(decode, step.data());
+
+  auto max_diff = [&](const float* x, const float* y) {
+    double d = 0;
+    for (int64_t v = 0; v < V; ++v) d = std::max(d, double(std::abs(x[v] - y[v])));
+    return d;
+  };
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, max_diff(prefill.data() + i * V, alone_a.data() + i * V));
+  for (size_t i = 0; i < b.size(); ++i)
+    worst = std::max(worst, max_diff(prefill.data() + (a.size() + i) * V, alone_b.data() + i * V));
+  worst = std::max(worst, max_diff(step.data() + 1 * V, alone_a.data() + a.size() * V));
+  worst = std::max(worst, max_diff(step.data() + 3 * V, alone_a.data() + (a.size() + 1) * V));
+  worst = std::max(worst, max_diff(step.data() + 0 * V, alone_b.data() + b.size() * V));
+  worst = std::max(worst, max_diff(step.data() + 2 * V, alone_b.data() + (b.size() + 1) * V));
+  EXPECT_LT(worst, 2e-3);
+}
+
+TEST_P(GoldenSession, ReleasedKvIsRecomputedIdentically) {
+  const std::string name = GetParam();
+  Golden golden(name);
+  auto model = Model::load(model_dir(name), small_limits(64));
+  std::vector<float> first = run_feeds(*model, {golden.feeds[0]});
+  EXPECT_GT(model->kv_resident_bytes(), 0u);
+  model->release_kv(0, 0);
+  EXPECT_EQ(model->kv_resident_bytes(), 0u);
+  std::vector<float> again = run_feeds(*model, {golden.feeds[0]});
+  EXPECT_EQ(first, again);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GoldenSession, testing::Values("tiny-qwen3", "tiny-qwen3-moe"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace ellm
