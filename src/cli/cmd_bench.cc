@@ -1,7 +1,281 @@
-// Placeholder until this command lands.
+// ellm bench: the machine's own limits, then prefill and decode speed of a model folder,
+// reported as JSON lines and a readable table, each figure beside the limit it is bound by.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/cpu.h"
 #include "base/error.h"
+#include "base/memory.h"
+#include "base/threads.h"
 #include "cli/commands.h"
+#include "kernels/machine_limits.h"
+#include "model/model.h"
 
 namespace ellm {
-int cmd_bench(int, char** argv) { throw Error(std::string(argv[0]) + ": not implemented yet"); }
+namespace {
+
+using json = nlohmann::json;
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::vector<int64_t> parse_list(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(std::stoll(item));
+  return out;
+}
+
+struct Bench {
+  Model& model;
+  double peak_flops, bandwidth;
+  std::mt19937 rng{1234};
+  std::vector<float> logits;
+
+  std::vector<BatchToken> sequence(int32_t slot, int64_t first_position, int64_t count) {
+    std::uniform_int_distribution<int32_t> id(
+        0, int32_t(std::min<int64_t>(model.vocab_size(), 151643)) - 1);
+    std::vector<BatchToken> tokens;
+    for (int64_t i = 0; i < count; ++i)
+      tokens.push_back({id(rng), slot, int32_t(first_position + i), i == count - 1});
+    return tokens;
+  }
+
+  // Runs passes of at most max_pass_tokens() and returns the seconds taken.
+  double run(const std::vector<BatchToken>& tokens) {
+    double start = now_seconds();
+    const size_t step = size_t(model.max_pass_tokens());
+    for (size_t begin = 0; begin < tokens.size(); begin += step) {
+      size_t end = std::min(tokens.size(), begin + step);
+      model.forward(std::span(tokens).subspan(begin, end - begin), logits.data());
+    }
+    return now_seconds() - start;
+  }
+
+  json profile_json(double seconds) const {
+    ForwardProfile p = model.profile();
+    json ops = json::array();
+    double gemm_flops = 0, gemm_seconds = 0, attn_flops = 0, attn_seconds = 0;
+    for (const auto& op : p.ops) {
+      ops.push_back({{"op", op.name},
+                     {"seconds", op.seconds},
+                     {"share", op.seconds / seconds},
+                     {"flops", op.flops},
+                     {"bytes", op.bytes}});
+      if (op.is_gemm) gemm_flops += op.flops, gemm_seconds += op.seconds;
+      if (op.name == "attention") attn_flops += op.flops, attn_seconds += op.seconds;
+    }
+    json out = {{"ops", ops}};
+    if (gemm_seconds > 0)
+      out["gemm"] = {{"tflops", gemm_flops / gemm_seconds / 1e12},
+                     {"fraction_of_peak", gemm_flops / gemm_seconds / peak_flops}};
+    if (attn_seconds > 0)
+      out["attention"] = {{"tflops", attn_flops / attn_seconds / 1e12},
+                          {"fraction_of_peak", attn_flops / attn_seconds / peak_flops},
+                          {"share_of_time", attn_seconds / seconds}};
+    return out;
+  }
+
+  double bytes_read() const {
+    double bytes = 0;
+    for (const auto& op : model.profile().ops) bytes += op.bytes;
+    return bytes;
+  }
+
+  json prefill(int64_t length) {
+    model.release_kv(0, 0);
+    auto tokens = sequence(0, 0, length);
+    model.reset_profile();
+    double seconds = run(tokens);
+    json row = {{"kind", "prefill"},
+                {"tokens", length},
+                {"seconds", seconds},
+                {"tokens_per_s", double(length) / seconds},
+                {"ttft_s", seconds}};
+    row.update(profile_json(seconds));
+    return row;
+  }
+
+  // `steps` decode passes of `batch` slots whose contexts already hold `context` positions.
+  json decode(int64_t batch, int64_t context, int64_t steps, const char* label) {
+    model.reset_profile();
+    double start = now_seconds();
+    for (int64_t s = 0; s < steps; ++s) {
+      std::vector<BatchToken> tokens;
+      for (int32_t slot = 0; slot < batch; ++slot)
+        tokens.push_back({int32_t(s % 1000), slot, int32_t(context + s), true});
+      model.forward(tokens, logits.data());
+    }
+    double seconds = now_seconds() - start;
+    double bytes_per_step = bytes_read() / double(steps);
+    double tps = double(batch * steps) / seconds;
+    json row = {{"kind", label},
+                {"batch", batch},
+                {"context", context},
+                {"tokens_per_s", tps},
+                {"bytes_per_step", bytes_per_step},
+                {"achieved_bandwidth_gbs", bytes_per_step * double(steps) / seconds / 1e9},
+                {"fraction_of_bandwidth", bytes_per_step * double(steps) / seconds / bandwidth}};
+    row.update(profile_json(seconds));
+    return row;
+  }
+};
+
+// A process that keeps one core busy until killed: the "shared machine" case.
+pid_t start_busy_process() {
+  pid_t pid = fork();
+  if (pid == 0) {
+    volatile uint64_t x = 0;
+    for (;;) x = x + 1;
+  }
+  return pid;
+}
+
+void print_table(const std::vector<json>& rows, const json& machine) {
+  std::printf("\nmachine: %s, %d threads, peak %.0f GFLOP/s (BF16), read bandwidth %.1f GB/s\n",
+              machine["isa"].get<std::string>().c_str(), machine["threads"].get<int>(),
+              machine["peak_flops"].get<double>() / 1e9,
+              machine["read_bandwidth"].get<double>() / 1e9);
+  std::printf("\n%-16s %7s %7s %10s %9s %12s %10s %10s\n", "run", "batch", "tokens", "tokens/s",
+              "TTFT s", "GEMM TF/s", "GEMM %pk", "attn %time");
+  for (const json& r : rows) {
+    if (r["kind"] != "prefill") continue;
+    std::printf("%-16s %7d %7lld %10.1f %9.3f %12.3f %9.1f%% %9.1f%%\n", "prefill", 1,
+                (long long)r["tokens"].get<int64_t>(), r["tokens_per_s"].get<double>(),
+                r["ttft_s"].get<double>(), r.value("/gemm/tflops"_json_pointer, 0.0),
+                100 * r.value("/gemm/fraction_of_peak"_json_pointer, 0.0),
+                100 * r.value("/attention/share_of_time"_json_pointer, 0.0));
+  }
+  std::printf("\n%-16s %7s %7s %10s %12s %10s %10s\n", "run", "batch", "context", "tokens/s",
+              "MB/step", "GB/s", "% of bw");
+  for (const json& r : rows) {
+    if (r["kind"] == "prefill") continue;
+    std::printf("%-16s %7lld %7lld %10.1f %12.1f %10.1f %9.1f%%\n",
+                r["kind"].get<std::string>().c_str(), (long long)r["batch"].get<int64_t>(),
+                (long long)r["context"].get<int64_t>(), r["tokens_per_s"].get<double>(),
+                r["bytes_per_step"].get<double>() / 1e6, r["achieved_bandwidth_gbs"].get<double>(),
+                100 * r["fraction_of_bandwidth"].get<double>());
+  }
+  std::printf("\ntime split by operation:\n");
+  for (const json& r : rows) {
+    std::string name =
+        r["kind"].get<std::string>() +
+        (r.contains("tokens") ? " " + std::to_string(r["tokens"].get<int64_t>())
+                              : " b" + std::to_string(r["batch"].get<int64_t>()) + " ctx " +
+                                    std::to_string(r["context"].get<int64_t>()));
+    std::printf("  %-24s", name.c_str());
+    for (const json& op : r["ops"])
+      if (op["share"].get<double>() >= 0.005)
+        std::printf(" %s %.0f%%", op["op"].get<std::string>().c_str(),
+                    100 * op["share"].get<double>());
+    std::printf("\n");
+  }
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  CLI::App app{"ellm bench: the machine's limits and the engine's prefill/decode speed"};
+  std::string model_path, prompt_lengths = "512,2048,8192,32768", batches = "1,4",
+                          contexts = "8192,32768", json_path;
+  int threads = 0;
+  int64_t steps = 32;
+  bool busy = true, machine_only = false;
+  app.add_option("--model-path", model_path, "model folder")->required();
+  app.add_option("--threads", threads, "worker threads (default: one per physical core)");
+  app.add_option("--prompt-lengths", prompt_lengths, "prefill lengths, comma-separated");
+  app.add_option("--decode-batches", batches, "decode batch sizes at short context");
+  app.add_option("--decode-contexts", contexts, "decode at these context lengths (batch 1)");
+  app.add_option("--decode-steps", steps, "decode steps per measurement");
+  app.add_option("--busy", busy, "also measure decode with another process busy on one core");
+  app.add_option("--json", json_path, "also write the JSON lines to this file");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (threads <= 0) threads = physical_core_count();
+  std::vector<int64_t> lengths = parse_list(prompt_lengths), batch_list = parse_list(batches),
+                       context_list = parse_list(contexts);
+
+  json machine;
+  {
+    ThreadTeam team(threads);
+    machine = {{"kind", "machine"},
+               {"isa", isa_name(active_isa())},
+               {"threads", threads},
+               {"peak_flops", measure_peak_flops(team)},
+               {"read_bandwidth", measure_read_bandwidth(team)}};
+  }
+  std::printf("%s\n", machine.dump().c_str());
+  std::fflush(stdout);
+
+  int64_t longest = 64;
+  for (int64_t l : lengths) longest = std::max(longest, l);
+  for (int64_t c : context_list) longest = std::max(longest, c);
+  ServingLimits limits;
+  limits.sequence_length = longest + steps + 8;
+  limits.batch_size = std::max<int64_t>(1, *std::max_element(batch_list.begin(), batch_list.end()));
+  limits.chunk_size = longest;
+  limits.threads = threads;
+  auto model = Model::load(model_path, limits);
+  model->enable_profile(true);
+
+  Bench bench{*model, machine["peak_flops"], machine["read_bandwidth"]};
+  bench.logits.resize(size_t(model->max_pass_tokens() * model->vocab_size()));
+  std::vector<json> rows;
+  auto emit = [&](json row) {
+    std::printf("%s\n", row.dump().c_str());
+    std::fflush(stdout);
+    rows.push_back(std::move(row));
+  };
+
+  bench.run(bench.sequence(0, 0, 64));  // warm-up: commit buffers, fault in pages
+  const int64_t short_context = 64;
+  for (int64_t batch : batch_list) {
+    for (int32_t slot = 0; slot < batch; ++slot) bench.run(bench.sequence(slot, 0, short_context));
+    emit(bench.decode(batch, short_context, steps, "decode"));
+  }
+  if (busy) {
+    pid_t child = start_busy_process();
+    emit(bench.decode(1, short_context, steps, "decode_busy"));
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+  }
+  // Prefill each length into slot 0; a decode context equal to a prefill length reuses it.
+  std::vector<int64_t> all_lengths = lengths;
+  for (int64_t c : context_list)
+    if (std::find(lengths.begin(), lengths.end(), c) == lengths.end()) all_lengths.push_back(c);
+  std::sort(all_lengths.begin(), all_lengths.end());
+  for (int64_t length : all_lengths) {
+    json row = bench.prefill(length);
+    if (std::find(lengths.begin(), lengths.end(), length) != lengths.end()) emit(row);
+    if (std::find(context_list.begin(), context_list.end(), length) != context_list.end())
+      emit(bench.decode(1, length, steps, "decode_context"));
+  }
+  print_table(rows, machine);
+  if (!json_path.empty()) {
+    FILE* f = std::fopen(json_path.c_str(), "w");
+    if (!f) fail(json_path, "cannot write");
+    std::fprintf(f, "%s\n", machine.dump().c_str());
+    for (const json& r : rows) std::fprintf(f, "%s\n", r.dump().c_str());
+    std::fclose(f);
+  }
+  return 0;
+}
+
 }  // namespace ellm

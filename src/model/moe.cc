@@ -38,31 +38,34 @@ void Qwen3Model::moe_block(const MoeWeights& moe, int64_t n) {
   Activations& a = act_;
 
   // Routing per token, all in FP32.
-  rows(n, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const float* x = a.xn + t * H;
-      float* p = a.router_logits + t * E;  // router_logits, then softmax over all experts
-      float max_logit = -INFINITY;
-      for (int64_t e = 0; e < E; ++e) {
-        const float* w = moe.router.get() + e * H;
-        float dot = 0;
-        for (int64_t i = 0; i < H; ++i) dot += x[i] * w[i];
-        p[e] = dot;
-        max_logit = std::max(max_logit, dot);
+  auto route = [&] {
+    rows(n, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const float* x = a.xn + t * H;
+        float* p = a.router_logits + t * E;  // router_logits, then softmax over all experts
+        float max_logit = -INFINITY;
+        for (int64_t e = 0; e < E; ++e) {
+          const float* w = moe.router.get() + e * H;
+          float dot = 0;
+          for (int64_t i = 0; i < H; ++i) dot += x[i] * w[i];
+          p[e] = dot;
+          max_logit = std::max(max_logit, dot);
+        }
+        float sum = 0;
+        for (int64_t e = 0; e < E; ++e) sum += p[e] = std::exp(p[e] - max_logit);
+        for (int64_t e = 0; e < E; ++e) p[e] /= sum;
+        int32_t* ids = a.topk_expert + t * K;
+        float* weights = a.topk_weight + t * K;
+        top_k(p, E, K, ids, weights);
+        if (c.norm_topk_prob) {
+          float total = 0;
+          for (int64_t j = 0; j < K; ++j) total += weights[j];
+          for (int64_t j = 0; j < K; ++j) weights[j] /= total;
+        }
       }
-      float sum = 0;
-      for (int64_t e = 0; e < E; ++e) sum += p[e] = std::exp(p[e] - max_logit);
-      for (int64_t e = 0; e < E; ++e) p[e] /= sum;
-      int32_t* ids = a.topk_expert + t * K;
-      float* weights = a.topk_weight + t * K;
-      top_k(p, E, K, ids, weights);
-      if (c.norm_topk_prob) {
-        float total = 0;
-        for (int64_t j = 0; j < K; ++j) total += weights[j];
-        for (int64_t j = 0; j < K; ++j) weights[j] /= total;
-      }
-    }
-  });
+    });
+  };
+  profiler_.time(Op::moe_router, 2.0 * double(n * E * H), double(E * H * 4), route);
 
   // Group the n*K choices by expert (a counting sort; tiny, so on this thread).
   std::vector<int64_t>& first_row = a.expert_rows;  // [E + 1]
@@ -99,31 +102,37 @@ void Qwen3Model::moe_block(const MoeWeights& moe, int64_t n) {
       }
     });
   };
-  // gate_up = moe_in @ [Wgate; Wup]^T per expert                  gate_up: [n K][2 F]
-  each_expert([&](const SwiGluWeights& w, int64_t begin, int64_t count, int m, int nm) {
-    matmul(a.moe_in + begin * H, count, H, w.gate_up, a.moe_gate_up + begin * 2 * F, 2 * F, false,
-           m, nm);
-  });
-  rows(n_rows, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r)
-      silu_mul(a.moe_gate_up + r * 2 * F, a.moe_gate_up + r * 2 * F + F, a.moe_act + r * F, F);
-    convert_f32_to_bf16(a.moe_act + begin * F, a.moe_act_b + begin * F, (end - begin) * F);
-  });
-  // out = act @ Wdown^T per expert                                out: [n K][H]
-  each_expert([&](const SwiGluWeights& w, int64_t begin, int64_t count, int m, int nm) {
-    matmul(a.moe_act_b + begin * F, count, F, w.down, a.moe_out + begin * H, H, false, m, nm);
-  });
+  auto experts = [&] {
+    // gate_up = moe_in @ [Wgate; Wup]^T per expert                  gate_up: [n K][2 F]
+    each_expert([&](const SwiGluWeights& w, int64_t begin, int64_t count, int m, int nm) {
+      matmul(a.moe_in + begin * H, count, H, w.gate_up, a.moe_gate_up + begin * 2 * F, 2 * F, false,
+             m, nm);
+    });
+    rows(n_rows, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r)
+        silu_mul(a.moe_gate_up + r * 2 * F, a.moe_gate_up + r * 2 * F + F, a.moe_act + r * F, F);
+      convert_f32_to_bf16(a.moe_act + begin * F, a.moe_act_b + begin * F, (end - begin) * F);
+    });
+    // out = act @ Wdown^T per expert                                out: [n K][H]
+    each_expert([&](const SwiGluWeights& w, int64_t begin, int64_t count, int m, int nm) {
+      matmul(a.moe_act_b + begin * F, count, F, w.down, a.moe_out + begin * H, H, false, m, nm);
+    });
+  };
+  profiler_.time(Op::moe_experts, 2.0 * double(n_rows) * double(3 * F * H), double(bytes_read),
+                 experts);
 
   // x[t] += sum_j weight_j * out[row of choice j], in a fixed order per token.
-  rows(n, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* x = a.x + t * H;
-      for (int64_t j = 0; j < K; ++j) {
-        const float* out = a.moe_out + int64_t(a.row_of_choice[t * K + j]) * H;
-        float w = a.topk_weight[t * K + j];
-        for (int64_t i = 0; i < H; ++i) x[i] += w * out[i];
+  profiler_.time(Op::moe_combine, 0, 0, [&] {
+    rows(n, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        float* x = a.x + t * H;
+        for (int64_t j = 0; j < K; ++j) {
+          const float* out = a.moe_out + int64_t(a.row_of_choice[t * K + j]) * H;
+          float w = a.topk_weight[t * K + j];
+          for (int64_t i = 0; i < H; ++i) x[i] += w * out[i];
+        }
       }
-    }
+    });
   });
 }
 

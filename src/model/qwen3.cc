@@ -56,22 +56,25 @@ Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
 
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   char line[256];
-  std::snprintf(line, sizeof line,
-                "loaded %s in %.2f s (%s, %d threads): weights %s, resident %s, KV reserved %.1f GiB "
-                "(%zu KiB per token)",
-                model_dir.c_str(), seconds, isa_name(active_isa()), team_.size(),
-                mib(weights_.bytes).c_str(), mib(process_resident_bytes()).c_str(),
-                double(kv_.reserved_bytes()) / double(1ull << 30), kv_.bytes_per_token() >> 10);
+  std::snprintf(
+      line, sizeof line,
+      "loaded %s in %.2f s (%s, %d threads): weights %s, resident %s, KV reserved %.1f GiB "
+      "(%zu KiB per token)",
+      model_dir.c_str(), seconds, isa_name(active_isa()), team_.size(), mib(weights_.bytes).c_str(),
+      mib(process_resident_bytes()).c_str(), double(kv_.reserved_bytes()) / double(1ull << 30),
+      kv_.bytes_per_token() >> 10);
   log_info(line);
 }
 
 void Qwen3Model::plan_activations() {
   const ModelConfig& c = config_;
   const size_t T = size_t(max_tokens_), H = size_t(c.hidden_size), Q = size_t(c.q_dim());
-  const size_t W = Q + 2 * size_t(c.kv_dim()), F = size_t(std::max<int64_t>(c.intermediate_size, 0));
+  const size_t W = Q + 2 * size_t(c.kv_dim()),
+               F = size_t(std::max<int64_t>(c.intermediate_size, 0));
   const size_t E = size_t(c.num_experts), K = size_t(c.num_experts_per_tok);
   const size_t FE = size_t(c.moe_intermediate_size), TK = T * K;
-  size_t scratch = attention_scratch_floats(attention_shape_, max_tokens_, max_tokens_, team_.size());
+  size_t scratch =
+      attention_scratch_floats(attention_shape_, max_tokens_, max_tokens_, team_.size());
 
   // Two passes over the same list: first sum the sizes, then hand out pointers.
   uint8_t* base = nullptr;
@@ -125,8 +128,7 @@ void Qwen3Model::validate(std::span<const BatchToken> tokens) const {
       fail("forward", "slot " + std::to_string(t.slot) + " does not exist (batch size " +
                           std::to_string(limits_.batch_size) + ")");
     if (t.position < 0 || t.position >= limits_.sequence_length)
-      fail("forward", "position " + std::to_string(t.position) +
-                          " is beyond the sequence length " +
+      fail("forward", "position " + std::to_string(t.position) + " is beyond the sequence length " +
                           std::to_string(limits_.sequence_length));
   }
 }
@@ -138,9 +140,11 @@ void Qwen3Model::forward(std::span<const BatchToken> tokens, float* logits) {
   for (const BatchToken& t : tokens) kv_.note_written(t.slot, t.position + 1);
 
   // x = embed_tokens(input_ids)                                   x: [n][H]
-  rows(n, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t)
-      convert_bf16_to_f32(weights_.embedding + int64_t(tokens[t].token) * H, act_.x + t * H, H);
+  profiler_.time(Op::embed, 0, double(n * H * 2), [&] {
+    rows(n, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t)
+        convert_bf16_to_f32(weights_.embedding + int64_t(tokens[t].token) * H, act_.x + t * H, H);
+    });
   });
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const LayerWeights& L = weights_.layers[l];
@@ -159,9 +163,11 @@ void Qwen3Model::forward(std::span<const BatchToken> tokens, float* logits) {
 void Qwen3Model::norm_to_bf16(const float* weight, int64_t n) {
   const int64_t H = config_.hidden_size;
   const float eps = float(config_.rms_norm_eps);
-  rows(n, [&](int64_t begin, int64_t end) {
-    rmsnorm(act_.x + begin * H, end - begin, H, H, weight, eps, act_.xn + begin * H, H);
-    convert_f32_to_bf16(act_.xn + begin * H, act_.xb + begin * H, (end - begin) * H);
+  profiler_.time(Op::norm, 0, 0, [&] {
+    rows(n, [&](int64_t begin, int64_t end) {
+      rmsnorm(act_.x + begin * H, end - begin, H, H, weight, eps, act_.xn + begin * H, H);
+      convert_f32_to_bf16(act_.xn + begin * H, act_.xb + begin * H, (end - begin) * H);
+    });
   });
 }
 
@@ -176,25 +182,27 @@ void Qwen3Model::attention_block(int64_t layer, std::span<const BatchToken> toke
 
   norm_to_bf16(L.input_norm.get(), n);
   // qkv = xb @ Wqkv^T                                              qkv: [n][Q + 2 KV]
-  team_.run([&](int m, int nm) { matmul(act_.xb, n, H, L.qkv, act_.qkv, W, false, m, nm); });
+  gemm(Op::qkv, act_.xb, n, H, L.qkv, act_.qkv, W, false);
 
   // Per token: RMSNorm each q and k head over head_dim, rotate, write k and v into the cache.
-  rows(n, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* q = act_.qkv + t * W;  // [n_heads][hd]
-      float* k = q + Q;             // [n_kv_heads][hd]
-      float* v = k + KV;            // [n_kv_heads][hd]
-      rmsnorm(q, c.num_attention_heads, hd, hd, L.q_norm.get(), eps, q, hd);
-      rmsnorm(k, c.num_key_value_heads, hd, hd, L.k_norm.get(), eps, k, hd);
-      rope(q, c.num_attention_heads, hd, tokens[t].position, inv_freq_.data());
-      rope(k, c.num_key_value_heads, hd, tokens[t].position, inv_freq_.data());
-      float* k_cache = kv_.k(layer, tokens[t].slot) + tokens[t].position * hd;
-      float* v_cache = kv_.v(layer, tokens[t].slot) + tokens[t].position * hd;
-      for (int64_t h = 0; h < c.num_key_value_heads; ++h) {
-        std::memcpy(k_cache + h * kv_.head_stride(), k + h * hd, size_t(hd) * sizeof(float));
-        std::memcpy(v_cache + h * kv_.head_stride(), v + h * hd, size_t(hd) * sizeof(float));
+  profiler_.time(Op::qk_norm_rope, 0, 0, [&] {
+    rows(n, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        float* q = act_.qkv + t * W;  // [n_heads][hd]
+        float* k = q + Q;             // [n_kv_heads][hd]
+        float* v = k + KV;            // [n_kv_heads][hd]
+        rmsnorm(q, c.num_attention_heads, hd, hd, L.q_norm.get(), eps, q, hd);
+        rmsnorm(k, c.num_key_value_heads, hd, hd, L.k_norm.get(), eps, k, hd);
+        rope(q, c.num_attention_heads, hd, tokens[t].position, inv_freq_.data());
+        rope(k, c.num_key_value_heads, hd, tokens[t].position, inv_freq_.data());
+        float* k_cache = kv_.k(layer, tokens[t].slot) + tokens[t].position * hd;
+        float* v_cache = kv_.v(layer, tokens[t].slot) + tokens[t].position * hd;
+        for (int64_t h = 0; h < c.num_key_value_heads; ++h) {
+          std::memcpy(k_cache + h * kv_.head_stride(), k + h * hd, size_t(hd) * sizeof(float));
+          std::memcpy(v_cache + h * kv_.head_stride(), v + h * hd, size_t(hd) * sizeof(float));
+        }
       }
-    }
+    });
   });
 
   // Causal GQA attention, one sequence per run of consecutive tokens of one slot.
@@ -205,32 +213,48 @@ void Qwen3Model::attention_block(int64_t layer, std::span<const BatchToken> toke
       ++act_.seqs[n_seqs - 1].n_q;
       continue;
     }
-    act_.seqs[n_seqs++] = {act_.qkv + t * W, act_.attn + t * Q, 1, tokens[t].position,
-                           kv_.k(layer, tokens[t].slot), kv_.v(layer, tokens[t].slot)};
+    act_.seqs[n_seqs++] = {act_.qkv + t * W,
+                           act_.attn + t * Q,
+                           1,
+                           tokens[t].position,
+                           kv_.k(layer, tokens[t].slot),
+                           kv_.v(layer, tokens[t].slot)};
   }
-  team_.run([&](int m, int nm) {
-    attention(act_.seqs.data(), n_seqs, attention_shape_, act_.attention_scratch, m, nm);
+  // Work: QK^T and PV over each query's causal context; bytes: each sequence's K and V once.
+  double attention_flops = 0, kv_bytes = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const AttentionSeq& seq = act_.seqs[s];
+    double contexts =
+        double(seq.n_q) * double(seq.q_start) + double(seq.n_q) * double(seq.n_q + 1) / 2;
+    attention_flops += 4.0 * double(c.num_attention_heads * hd) * contexts;
+    kv_bytes +=
+        2.0 * double(c.num_key_value_heads * hd) * double(seq.q_start + seq.n_q) * sizeof(float);
+  }
+  profiler_.time(Op::attention, attention_flops, kv_bytes, [&] {
+    team_.run([&](int m, int nm) {
+      attention(act_.seqs.data(), n_seqs, attention_shape_, act_.attention_scratch, m, nm);
+    });
   });
 
   // x = x + attn @ Wo^T                                         attn: [n][Q]
   rows(n, [&](int64_t begin, int64_t end) {
     convert_f32_to_bf16(act_.attn + begin * Q, act_.xb + begin * Q, (end - begin) * Q);
   });
-  team_.run([&](int m, int nm) { matmul(act_.xb, n, Q, L.o_proj, act_.x, H, true, m, nm); });
+  gemm(Op::o_proj, act_.xb, n, Q, L.o_proj, act_.x, H, true);
 }
 
 // x = x + down(silu(gate(xb)) * up(xb))                   xb: [n][H] = post_attention_layernorm(x)
 void Qwen3Model::mlp_block(const SwiGluWeights& mlp, int64_t n) {
   const int64_t H = config_.hidden_size, F = mlp.down.k;
-  team_.run([&](int m, int nm) {
-    matmul(act_.xb, n, H, mlp.gate_up, act_.gate_up, 2 * F, false, m, nm);
+  gemm(Op::gate_up, act_.xb, n, H, mlp.gate_up, act_.gate_up, 2 * F, false);
+  profiler_.time(Op::silu_mul, 0, 0, [&] {
+    rows(n, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t)
+        silu_mul(act_.gate_up + t * 2 * F, act_.gate_up + t * 2 * F + F, act_.act + t * F, F);
+      convert_f32_to_bf16(act_.act + begin * F, act_.xb + begin * F, (end - begin) * F);
+    });
   });
-  rows(n, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t)
-      silu_mul(act_.gate_up + t * 2 * F, act_.gate_up + t * 2 * F + F, act_.act + t * F, F);
-    convert_f32_to_bf16(act_.act + begin * F, act_.xb + begin * F, (end - begin) * F);
-  });
-  team_.run([&](int m, int nm) { matmul(act_.xb, n, F, mlp.down, act_.x, H, true, m, nm); });
+  gemm(Op::down, act_.xb, n, F, mlp.down, act_.x, H, true);
 }
 
 // logits = norm(x) @ lm_head^T, only for the tokens that want logits.
@@ -249,9 +273,7 @@ void Qwen3Model::lm_head(std::span<const BatchToken> tokens, float* logits) {
       convert_f32_to_bf16(act_.xn + i * H, act_.xb + i * H, H);
     }
   });
-  team_.run([&](int m, int nm) {
-    matmul(act_.xb, n_want, H, weights_.lm_head, logits, V, false, m, nm);
-  });
+  gemm(Op::lm_head, act_.xb, n_want, H, weights_.lm_head, logits, V, false);
 }
 
 void Qwen3Model::release_kv(int slot, int64_t from_position) {

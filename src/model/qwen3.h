@@ -13,6 +13,7 @@
 #include "model/config.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/profile.h"
 #include "model/weights.h"
 
 namespace ellm {
@@ -60,6 +61,9 @@ class Qwen3Model final : public Model {
   size_t kv_bytes_per_token() const override { return kv_.bytes_per_token(); }
   size_t weight_bytes() const override { return weights_.bytes; }
   uint64_t expert_bytes_read() const override { return expert_bytes_read_.load(); }
+  void enable_profile(bool on) override { profiler_.enable(on); }
+  void reset_profile() override { profiler_.reset(); }
+  ForwardProfile profile() const override { return profiler_.snapshot(); }
 
  private:
   void validate(std::span<const BatchToken> tokens) const;
@@ -70,6 +74,13 @@ class Qwen3Model final : public Model {
     team_.run([&](int member, int n_members) {
       auto [begin, end] = split_range(n, member, n_members);
       if (begin < end) fn(begin, end);
+    });
+  }
+  // y (+)= x @ W^T on every member, timed as `op`.
+  void gemm(Op op, const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,
+            int64_t ldy, bool accumulate) {
+    profiler_.time(op, 2.0 * double(m) * double(w.n) * double(w.k), double(w.bytes), [&] {
+      team_.run([&](int member, int n) { matmul(x, m, ldx, w, y, ldy, accumulate, member, n); });
     });
   }
   void norm_to_bf16(const float* weight, int64_t n);
@@ -88,6 +99,7 @@ class Qwen3Model final : public Model {
   AttentionShape attention_shape_;
   Activations act_;
   std::atomic<uint64_t> expert_bytes_read_{0};
+  OpProfiler profiler_;
 };
 
 }  // namespace ellm
