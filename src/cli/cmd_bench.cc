@@ -100,6 +100,7 @@ struct Bench {
     model.release_kv(0, 0);
     auto tokens = sequence(0, 0, length);
     model.reset_profile();
+    uint64_t experts_before = model.expert_bytes_read();
     double seconds = run(tokens);
     json row = {{"kind", "prefill"},
                 {"tokens", length},
@@ -113,6 +114,7 @@ struct Bench {
   // `steps` decode passes of `batch` slots whose contexts already hold `context` positions.
   json decode(int64_t batch, int64_t context, int64_t steps, const char* label) {
     model.reset_profile();
+    uint64_t experts_before = model.expert_bytes_read();
     double start = now_seconds();
     for (int64_t s = 0; s < steps; ++s) {
       std::vector<BatchToken> tokens;
@@ -131,7 +133,17 @@ struct Bench {
                 {"achieved_bandwidth_gbs", bytes_per_step * double(steps) / seconds / 1e9},
                 {"fraction_of_bandwidth", bytes_per_step * double(steps) / seconds / bandwidth}};
     row.update(profile_json(seconds));
+    add_expert_figures(row, model.expert_bytes_read() - experts_before, double(batch * steps), steps);
     return row;
+  }
+
+  // MoE: expert weight bytes read per token, and per pass as a share of all expert weights
+  // (decode of one token should read top_k / num_experts of them).
+  void add_expert_figures(json& row, uint64_t bytes, double tokens, int64_t passes) const {
+    if (model.expert_weight_bytes() == 0) return;
+    row["expert_bytes_per_token"] = double(bytes) / tokens;
+    row["expert_share_read_per_pass"] =
+        double(bytes) / double(passes) / double(model.expert_weight_bytes());
   }
 };
 

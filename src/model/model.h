@@ -66,6 +66,7 @@ class Model {
   // Bytes of MoE expert weights the passes so far have read (0 for dense models); benchmarks
   // divide its growth by the tokens of a pass.
   virtual uint64_t expert_bytes_read() const { return 0; }
+  virtual size_t expert_weight_bytes() const { return 0; }  // all experts of all layers
 
   // Profiling costs a clock read per operation; off unless a benchmark asks.
   virtual void enable_profile(bool on) {}

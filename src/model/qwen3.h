@@ -61,6 +61,7 @@ class Qwen3Model final : public Model {
   size_t kv_bytes_per_token() const override { return kv_.bytes_per_token(); }
   size_t weight_bytes() const override { return weights_.bytes; }
   uint64_t expert_bytes_read() const override { return expert_bytes_read_.load(); }
+  size_t expert_weight_bytes() const override { return weights_.expert_bytes; }
   void enable_profile(bool on) override { profiler_.enable(on); }
   void reset_profile() override { profiler_.reset(); }
   ForwardProfile profile() const override { return profiler_.snapshot(); }
