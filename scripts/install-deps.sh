@@ -8,7 +8,7 @@ packages=(
   nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
-  python3 curl
+  python3 python3-jinja2 curl
 )
 missing=()
 for p in "${packages[@]}"; do
