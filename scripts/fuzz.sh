@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang and runs each for SECONDS (default 60).
+# Builds the libFuzzer targets with clang (ASan+UBSan) and runs each for SECONDS (default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
-CXX=clang++ BUILD_DIR=build-fuzz bash scripts/build.sh -DCMAKE_BUILD_TYPE=Debug -DELLM_FUZZ=ON
-for target in build-fuzz/fuzz/fuzz_*; do
-  [ -x "$target" ] || continue
-  name=$(basename "$target")
+CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DELLM_FUZZ=ON >/dev/null
+targets=$(ls fuzz/fuzz_*.cc | xargs -n1 basename | sed 's/\.cc$//')
+# shellcheck disable=SC2086
+cmake --build build-fuzz -j "$(nproc)" --target $targets
+for name in $targets; do
+  target=build-fuzz/fuzz/$name
   corpus=build-fuzz/corpus/$name
   mkdir -p "$corpus"
   [ -d "fuzz/seeds/$name" ] && cp -n fuzz/seeds/"$name"/* "$corpus"/ 2>/dev/null || true
