@@ -116,7 +116,9 @@ void SafetensorsStore::add_file(const std::string& path,
 
   size_t data_start = 8 + header_len;
   size_t data_size = f.size() - data_start;
-  for (auto& [name, entry] : header.items()) {
+  for (auto& item : header.items()) {
+    const std::string& name = item.key();
+    const json& entry = item.value();
     if (name == "__metadata__") continue;
     auto bad = [&](const std::string& what) { fail(path, "tensor '" + name + "': " + what); };
     if (!entry.is_object()) bad("header entry is not an object");
