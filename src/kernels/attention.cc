@@ -40,7 +40,9 @@ Plan make_plan(const AttentionShape& s, int n_members) {
   p.group = s.n_heads / s.n_kv_heads;
   p.tile_queries = std::max<int64_t>(1, kTileRows / p.group);
   p.max_rows = p.tile_queries * p.group;
-  int64_t work = p.max_rows * (kBlockPositions + 2 + s.head_dim);
+  // m, l, acc, then the block scratch (contract in isa_kernels.h).
+  int64_t block_scratch = std::max(p.max_rows, s.head_dim + 4) * kBlockPositions;
+  int64_t work = p.max_rows * (2 + s.head_dim) + block_scratch;
   p.work_floats = (work + 15) / 16 * 16;
   p.partial_floats = (p.max_rows * (s.head_dim + 2) + 15) / 16 * 16;
   p.chunk_cap = std::min<int64_t>(kMaxChunks, (4 * n_members + s.n_kv_heads - 1) / s.n_kv_heads);

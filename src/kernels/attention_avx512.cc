@@ -1,6 +1,9 @@
-// AVX-512 flash-attention step (contract in isa_kernels.h). Per row: scores by vector dot
-// products, online-softmax update with a vector exp, then P.V accumulated in registers, 128
-// output dimensions at a time.
+// AVX-512 flash-attention step (contract in isa_kernels.h) as small GEMMs. The K block is
+// transposed once into the scratch ([head_dim][positions]), so scores for 4 query rows x up to
+// 64 positions are 16 register accumulators fed by one broadcast q element per FMA row: no
+// horizontal reduction per (row, position). Then per row the online-softmax update, and
+// O += P.V for the same 4 rows, 64 output dimensions at a time.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/isa_kernels.h"
@@ -9,36 +12,175 @@
 namespace ellm::avx512 {
 namespace {
 
-inline float dot(const float* a, const float* b, int64_t n) {
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t d = 0; d < n; d += 16) {
-    __mmask16 mask = tail_mask(n - d);
-    sum = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a + d), _mm512_maskz_loadu_ps(mask, b + d), sum);
-  }
-  return _mm512_reduce_add_ps(sum);
+constexpr int kRows = 4;              // query rows per micro-tile
+constexpr int64_t kMaxPositions = 64;  // positions per sub-block (4 vectors of scores)
+
+inline __m512 unpacklo_pd(__m512 a, __m512 b) {
+  return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+inline __m512 unpackhi_pd(__m512 a, __m512 b) {
+  return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
 }
 
-// acc[0:n] = acc * correction + sum_j p[j] * v[j * n : (j + 1) * n]
-void scale_and_accumulate(float* acc, float correction, const float* p, const float* v,
-                          int64_t count, int64_t n) {
-  for (int64_t d0 = 0; d0 < n; d0 += 128) {
-    __mmask16 mask[8];
-    __m512 a[8];
-    __m512 c = _mm512_set1_ps(correction);
-#pragma GCC unroll 8
-    for (int t = 0; t < 8; ++t) {
-      mask[t] = d0 + 16 * t < n ? tail_mask(n - d0 - 16 * t) : 0;
-      a[t] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask[t], acc + d0 + 16 * t), c);
+// dst[i * ldd + j] = src[j * lds + i] for a 16 x 16 tile.
+void transpose16(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+  for (int i = 0; i < 16; i += 2) {  // per 128-bit lane: a0 b0 a1 b1 | a2 b2 a3 b3
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // r[i + c] lane L: column 4L + c of source rows i..i+3
+    r[i] = unpacklo_pd(t[i], t[i + 2]);
+    r[i + 1] = unpackhi_pd(t[i], t[i + 2]);
+    r[i + 2] = unpacklo_pd(t[i + 1], t[i + 3]);
+    r[i + 3] = unpackhi_pd(t[i + 1], t[i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {  // gather lane L of r[c], r[4 + c], r[8 + c], r[12 + c]
+    __m512 even_lo = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+    __m512 odd_lo = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+    __m512 even_hi = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+    __m512 odd_hi = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+    _mm512_storeu_ps(dst + c * ldd, _mm512_shuffle_f32x4(even_lo, even_hi, 0x88));
+    _mm512_storeu_ps(dst + (4 + c) * ldd, _mm512_shuffle_f32x4(odd_lo, odd_hi, 0x88));
+    _mm512_storeu_ps(dst + (8 + c) * ldd, _mm512_shuffle_f32x4(even_lo, even_hi, 0xDD));
+    _mm512_storeu_ps(dst + (12 + c) * ldd, _mm512_shuffle_f32x4(odd_lo, odd_hi, 0xDD));
+  }
+}
+
+// kt[d][j] = k[j][d] for j < width, zero for width <= j < ldt.
+void transpose_block(const float* k, int64_t width, int64_t head_dim, float* kt, int64_t ldt) {
+  int64_t full_j = width / 16 * 16, full_d = head_dim / 16 * 16;
+  for (int64_t j = 0; j < full_j; j += 16)
+    for (int64_t d = 0; d < full_d; d += 16)
+      transpose16(k + j * head_dim + d, head_dim, kt + d * ldt + j, ldt);
+  for (int64_t d = 0; d < head_dim; ++d) {
+    for (int64_t j = d < full_d ? full_j : 0; j < width; ++j) kt[d * ldt + j] = k[j * head_dim + d];
+    for (int64_t j = width; j < ldt; ++j) kt[d * ldt + j] = 0.0f;
+  }
+}
+
+// s[i][0:16 V] = scale * q_i . kt for kRows rows.
+template <int V>
+void scores(const float* const* q, const float* kt, int64_t ldt, int64_t head_dim, float scale,
+            float* s) {
+  __m512 c[kRows][V];
+#pragma GCC unroll 4
+  for (int i = 0; i < kRows; ++i)
+#pragma GCC unroll 4
+    for (int t = 0; t < V; ++t) c[i][t] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < head_dim; ++d) {
+    __m512 kv[V];
+#pragma GCC unroll 4
+    for (int t = 0; t < V; ++t) kv[t] = _mm512_loadu_ps(kt + d * ldt + 16 * t);
+#pragma GCC unroll 4
+    for (int i = 0; i < kRows; ++i) {
+      __m512 qb = _mm512_set1_ps(q[i][d]);
+#pragma GCC unroll 4
+      for (int t = 0; t < V; ++t) c[i][t] = _mm512_fmadd_ps(qb, kv[t], c[i][t]);
+    }
+  }
+  __m512 vscale = _mm512_set1_ps(scale);
+#pragma GCC unroll 4
+  for (int i = 0; i < kRows; ++i)
+#pragma GCC unroll 4
+    for (int t = 0; t < V; ++t) _mm512_storeu_ps(s + i * ldt + 16 * t, _mm512_mul_ps(c[i][t], vscale));
+}
+
+// Online-softmax update of one row: s[0:ldt] scores in, probabilities out (zero past
+// `visible`); returns the factor the row's accumulated output must be scaled by.
+float softmax_row(float* s, int64_t visible, int64_t ldt, float& m, float& l) {
+  if (visible <= 0) {
+    for (int64_t j = 0; j < ldt; j += 16) _mm512_storeu_ps(s + j, _mm512_setzero_ps());
+    return 1.0f;
+  }
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < visible; j += 16)
+    vmax = _mm512_mask_max_ps(vmax, tail_mask(visible - j), vmax, _mm512_loadu_ps(s + j));
+  float new_max = std::max(m, _mm512_reduce_max_ps(vmax));
+  float correction = std::exp(m - new_max);  // 0 on the first block (m = -inf)
+  __m512 vsum = _mm512_setzero_ps(), vnew_max = _mm512_set1_ps(new_max);
+  for (int64_t j = 0; j < ldt; j += 16) {
+    __mmask16 mask = j < visible ? tail_mask(visible - j) : 0;
+    __m512 p = _mm512_maskz_mov_ps(mask, exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), vnew_max)));
+    vsum = _mm512_add_ps(vsum, p);
+    _mm512_storeu_ps(s + j, p);
+  }
+  l = l * correction + _mm512_reduce_add_ps(vsum);
+  m = new_max;
+  return correction;
+}
+
+// acc_i = acc_i * correction_i + p_i . v[0:count] for kRows rows; rows with a null acc are
+// computed but not stored.
+void accumulate(float* const* acc, const float* correction, const float* p, int64_t ldp,
+                const float* v, int64_t count, int64_t head_dim) {
+  for (int64_t d0 = 0; d0 < head_dim; d0 += 64) {
+    __mmask16 mask[4];
+    __m512 a[kRows][4];
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) mask[t] = d0 + 16 * t < head_dim ? tail_mask(head_dim - d0 - 16 * t) : 0;
+#pragma GCC unroll 4
+    for (int i = 0; i < kRows; ++i) {
+      __m512 c = _mm512_set1_ps(correction[i]);
+      const float* src = acc[i] ? acc[i] : acc[0];
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t)
+        a[i][t] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask[t], src + d0 + 16 * t), c);
     }
     for (int64_t j = 0; j < count; ++j) {
-      __m512 pj = _mm512_set1_ps(p[j]);
-      const float* vj = v + j * n + d0;
-#pragma GCC unroll 8
-      for (int t = 0; t < 8; ++t)
-        a[t] = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(mask[t], vj + 16 * t), a[t]);
+      const float* vj = v + j * head_dim + d0;
+      __m512 vv[4];
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) vv[t] = _mm512_maskz_loadu_ps(mask[t], vj + 16 * t);
+#pragma GCC unroll 4
+      for (int i = 0; i < kRows; ++i) {
+        __m512 pb = _mm512_set1_ps(p[i * ldp + j]);
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; ++t) a[i][t] = _mm512_fmadd_ps(pb, vv[t], a[i][t]);
+      }
     }
-#pragma GCC unroll 8
-    for (int t = 0; t < 8; ++t) _mm512_mask_storeu_ps(acc + d0 + 16 * t, mask[t], a[t]);
+#pragma GCC unroll 4
+    for (int i = 0; i < kRows; ++i)
+      if (acc[i])
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; ++t) _mm512_mask_storeu_ps(acc[i] + d0 + 16 * t, mask[t], a[i][t]);
+  }
+}
+
+void sub_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
+               const float* k, const float* v, int64_t p0, int64_t p1, int64_t head_dim,
+               float scale, float* m, float* l, float* acc, float* scratch) {
+  int64_t width = p1 - p0, vecs = (width + 15) / 16, ldt = vecs * 16;
+  float* kt = scratch;                // [head_dim][ldt]
+  float* s = kt + head_dim * ldt;     // [kRows][ldt]
+  transpose_block(k + p0 * head_dim, width, head_dim, kt, ldt);
+  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    // Positions the tile's last row sees; rows before the first visible position skip the block.
+    int64_t last = std::min(rows, r0 + kRows) - 1;
+    int64_t tile_visible = std::min(p1, first_end + last / group) - p0;
+    if (tile_visible <= 0) continue;
+    const float* qr[kRows];
+    float* acc_rows[kRows];
+    for (int i = 0; i < kRows; ++i) {
+      int64_t r = std::min(r0 + i, last);
+      qr[i] = q + (r / group) * ldq + (r % group) * head_dim;
+      acc_rows[i] = r0 + i <= last ? acc + r * head_dim : nullptr;
+    }
+    int64_t tile_vecs = (tile_visible + 15) / 16;
+    switch (tile_vecs) {
+      case 1: scores<1>(qr, kt, ldt, head_dim, scale, s); break;
+      case 2: scores<2>(qr, kt, ldt, head_dim, scale, s); break;
+      case 3: scores<3>(qr, kt, ldt, head_dim, scale, s); break;
+      default: scores<4>(qr, kt, ldt, head_dim, scale, s); break;
+    }
+    float correction[kRows] = {1, 1, 1, 1};
+    for (int i = 0; i < kRows && r0 + i <= last; ++i) {
+      int64_t r = r0 + i;
+      int64_t visible = std::min(p1, first_end + r / group) - p0;
+      correction[i] = softmax_row(s + i * ldt, visible, tile_vecs * 16, m[r], l[r]);
+    }
+    accumulate(acc_rows, correction, s, ldt, v + p0 * head_dim, tile_visible, head_dim);
   }
 }
 
@@ -47,31 +189,9 @@ void scale_and_accumulate(float* acc, float correction, const float* p, const fl
 void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
                      const float* k, const float* v, int64_t p0, int64_t p1, int64_t head_dim,
                      float scale, float* m, float* l, float* acc, float* s) {
-  int64_t width = p1 - p0;
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t visible = std::min(p1, first_end + r / group) - p0;
-    if (visible <= 0) continue;
-    const float* qr = q + (r / group) * ldq + (r % group) * head_dim;
-    float* sr = s + r * width;
-    __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (int64_t j = 0; j < visible; ++j) sr[j] = dot(qr, k + (p0 + j) * head_dim, head_dim) * scale;
-    for (int64_t j = 0; j < visible; j += 16)
-      vmax = _mm512_mask_max_ps(vmax, tail_mask(visible - j), vmax,
-                                _mm512_maskz_loadu_ps(tail_mask(visible - j), sr + j));
-    float new_max = std::max(m[r], _mm512_reduce_max_ps(vmax));
-    float correction = std::exp(m[r] - new_max);  // 0 on the first block (m = -inf)
-    __m512 vsum = _mm512_setzero_ps(), vnew_max = _mm512_set1_ps(new_max);
-    for (int64_t j = 0; j < visible; j += 16) {
-      __mmask16 mask = tail_mask(visible - j);
-      __m512 p = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, sr + j), vnew_max));
-      p = _mm512_maskz_mov_ps(mask, p);
-      vsum = _mm512_add_ps(vsum, p);
-      _mm512_mask_storeu_ps(sr + j, mask, p);
-    }
-    l[r] = l[r] * correction + _mm512_reduce_add_ps(vsum);
-    m[r] = new_max;
-    scale_and_accumulate(acc + r * head_dim, correction, sr, v + p0 * head_dim, visible, head_dim);
-  }
+  for (int64_t p = p0; p < p1; p += kMaxPositions)
+    sub_block(q, ldq, group, rows, first_end, k, v, p, std::min(p1, p + kMaxPositions), head_dim,
+              scale, m, l, acc, s);
 }
 
 }  // namespace ellm::avx512

@@ -12,7 +12,8 @@ namespace ellm {
 // Row r is query r / group, head r % group of the group: q + (r / group) * ldq + (r % group) *
 // head_dim. It may see positions < first_end + r / group (causal). k, v point at position 0 of
 // the head ([position][head_dim]). Online-softmax state per row: running max m[r], sum l[r],
-// unnormalised output acc[r][head_dim]. s is scratch of rows * (p1 - p0) floats.
+// unnormalised output acc[r][head_dim]. p1 - p0 <= 64; s is scratch of
+// max(rows, head_dim + 4) * 64 floats.
 #define ELLM_ISA_KERNELS                                                                          \
   void convert_f32_to_bf16(const float* x, bf16* out, int64_t count);                             \
   void convert_bf16_to_f32(const bf16* x, float* out, int64_t count);                             \

@@ -104,7 +104,9 @@ std::string label(Isa isa, int members) {
 
 TEST(Attention, PrefillWithGqaAndSeveralSequences) {
   // group 2, 3 and 8; a fresh prompt, an incremental prefill and a one-token decode together.
-  for (auto [heads, kv, hd] : {std::tuple{4, 2, 16}, std::tuple{6, 2, 8}, std::tuple{8, 1, 32}}) {
+  // Head dims 24 and 80 leave partial vectors and a partial K transpose tile.
+  for (auto [heads, kv, hd] : {std::tuple{4, 2, 16}, std::tuple{6, 2, 8}, std::tuple{8, 1, 32},
+                               std::tuple{4, 2, 24}, std::tuple{6, 3, 80}}) {
     Problem p(heads, kv, hd, {{37, 0}, {20, 45}, {1, 70}, {0, 5}});
     for (Isa isa : supported_isas()) {
       IsaScope scope(isa);
