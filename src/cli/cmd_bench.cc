@@ -108,6 +108,7 @@ struct Bench {
                 {"tokens_per_s", double(length) / seconds},
                 {"ttft_s", seconds}};
     row.update(profile_json(seconds));
+    add_expert_figures(row, model.expert_bytes_read() - experts_before, double(length), 1);
     return row;
   }
 
@@ -182,6 +183,15 @@ void print_table(const std::vector<json>& rows, const json& machine) {
                 r["bytes_per_step"].get<double>() / 1e6, r["achieved_bandwidth_gbs"].get<double>(),
                 100 * r["fraction_of_bandwidth"].get<double>());
   }
+  for (const json& r : rows) {
+    if (!r.contains("expert_bytes_per_token")) continue;
+    std::string what = r.contains("tokens") ? std::to_string(r["tokens"].get<int64_t>()) + " tokens"
+                                            : "batch " + std::to_string(r["batch"].get<int64_t>());
+    std::printf("MoE %-14s %-12s expert weights read: %.1f MB per token, %.1f%% of all experts per pass\n",
+                r["kind"].get<std::string>().c_str(), what.c_str(),
+                r["expert_bytes_per_token"].get<double>() / 1e6,
+                100 * r["expert_share_read_per_pass"].get<double>());
+  }
   std::printf("\ntime split by operation:\n");
   for (const json& r : rows) {
     std::string name =
@@ -206,7 +216,7 @@ int cmd_bench(int argc, char** argv) {
                           contexts = "8192,32768", json_path;
   int threads = 0;
   int64_t steps = 32;
-  bool busy = true, machine_only = false;
+  bool busy = true;
   app.add_option("--model-path", model_path, "model folder")->required();
   app.add_option("--threads", threads, "worker threads (default: one per physical core)");
   app.add_option("--prompt-lengths", prompt_lengths, "prefill lengths, comma-separated");
