@@ -84,6 +84,9 @@ int cmd_serve(int argc, char** argv) {
   app.add_flag("--no-session-cache", no_session_cache, "never reuse a slot's cached prefix");
   app.add_option("--scripted-output", scripted, "testing: comma-separated token ids emitted instead of sampling");
   try {
+    // A flag given twice takes its last value, as in vLLM (and wrapper scripts rely on it).
+    for (CLI::Option* option : app.get_options())
+      option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
@@ -147,6 +150,7 @@ int cmd_serve(int argc, char** argv) {
 
   EngineOptions engine_options;
   engine_options.max_queue = max_queue;
+  engine_options.session_cache = !no_session_cache;
   engine_options.eos_token_ids = defaults.eos_token_ids;
   engine_options.default_sampling = defaults.sampling;
   if (!scripted.empty()) engine_options.scripted_output = parse_id_list(scripted);

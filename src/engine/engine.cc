@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <cmath>
+#include <iterator>
 
 #include "base/error.h"
 #include "engine/scheduler.h"
@@ -19,9 +20,22 @@ std::optional<StreamEvent> RequestStream::next(int timeout_ms) {
 void RequestStream::push(StreamEvent event) {
   {
     std::lock_guard lock(mutex_);
-    events_.push_back(std::move(event));
+    StreamEvent* waiting = events_.empty() ? nullptr : &events_.back();
+    if (waiting && !waiting->finished && !event.finished) {
+      waiting->text += event.text;
+      waiting->ids.insert(waiting->ids.end(), event.ids.begin(), event.ids.end());
+      waiting->logprobs.insert(waiting->logprobs.end(), std::make_move_iterator(event.logprobs.begin()),
+                               std::make_move_iterator(event.logprobs.end()));
+    } else {
+      events_.push_back(std::move(event));
+    }
   }
   ready_.notify_one();
+}
+
+size_t RequestStream::queued() const {
+  std::lock_guard lock(mutex_);
+  return events_.size();
 }
 
 struct Engine::Impl {

@@ -64,7 +64,9 @@ struct StreamEvent {
 };
 
 // The server's handle on one request. The engine pushes, the server pops; cancel() makes the
-// engine stop the request and free its slot within one step.
+// engine stop the request and free its slot within one step. A slow reader never slows the
+// engine or grows the queue: a text event pushed while another still waits is merged into it,
+// so at most one text event and the end event are ever queued.
 class RequestStream {
  public:
   // Blocks up to timeout_ms for the next event; returns nullopt on timeout.
@@ -72,11 +74,12 @@ class RequestStream {
   void cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
 
-  // Engine side.
+  // Engine side; never blocks on the reader.
   void push(StreamEvent event);
+  size_t queued() const;  // events waiting to be read
 
  private:
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<StreamEvent> events_;
   std::atomic<bool> cancelled_{false};
@@ -86,6 +89,7 @@ struct EngineOptions {
   int64_t max_queue = 64;  // requests waiting for a slot beyond this get QueueFull
   std::vector<int32_t> eos_token_ids;  // from generation_config.json
   SamplingParams default_sampling;     // from generation_config.json
+  bool session_cache = true;  // false: no request reuses a slot's cached prefix
   // Testing hook: when non-empty, every request "samples" these tokens in order, then stops
   // as at eos, so output parsing can be tested end to end deterministically.
   std::vector<int32_t> scripted_output;

@@ -40,6 +40,19 @@ StreamEvent end_event(const std::string& reason, const std::string& error) {
   return event;
 }
 
+// The text a generated id completes. A model's vocabulary may be padded beyond the
+// tokenizer's (Qwen3: 151,936 rows, 151,669 tokens); an id without a token decodes to nothing.
+std::string decode_next(IncrementalDetokenizer& detokenizer, const Tokenizer& tokenizer, int32_t id) {
+  if (id < 0 || id >= tokenizer.vocab_size()) return {};
+  try {
+    return detokenizer.push(id);
+  } catch (const Error&) {  // a hole in the tokenizer's ids
+    return {};
+  }
+}
+
+std::string what(const std::exception& e) { return e.what(); }
+
 std::string mib(double bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1024.0 * 1024.0));
@@ -123,6 +136,8 @@ EngineMetrics Scheduler::metrics() const {
   return metrics_;
 }
 
+// No exception leaves this thread: a request's own failure ends that request (on_logits, admit);
+// anything else ends the running requests with an error and the loop goes on.
 void Scheduler::loop() {
   for (;;) {
     {
@@ -130,9 +145,35 @@ void Scheduler::loop() {
       wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || running_ > 0; });
       if (stopping_) break;
     }
-    step();
+    try {
+      step();
+    } catch (const std::exception& e) {
+      fail_running("engine step failed: " + what(e));
+    } catch (...) {
+      fail_running("engine step failed");
+    }
   }
-  abort_all("abort", "");
+  try {
+    abort_all("abort", "");
+  } catch (...) {
+    log_warn("engine: aborting the remaining requests failed");
+  }
+}
+
+// Ends every running request with an error. Their KV may be half written: drop the sessions.
+void Scheduler::fail_running(const std::string& error) {
+  log_warn("engine: " + error);
+  for (int s = 0; s < int(active_.size()); ++s) {
+    if (!active_[s]) continue;
+    try {
+      evict(slots_[s], model_);
+    } catch (const std::exception&) {  // the session is forgotten; its pages stay counted
+    }
+    try {
+      finish(s, "error", error);
+    } catch (const std::exception&) {  // out of memory for the event: the slot is freed anyway
+    }
+  }
 }
 
 void Scheduler::step() {
@@ -154,48 +195,60 @@ void Scheduler::drop_cancelled() {
   });
 }
 
-// Moves waiting requests into idle slots, first come first served.
+// Moves waiting requests into idle slots, first come first served. A request that cannot start
+// (a failure while making room for it) ends with an error; the queue goes on.
 void Scheduler::admit() {
   std::lock_guard lock(mutex_);
   while (!queue_.empty()) {
-    QueuedRequest& queued = queue_.front();
-    const auto& prompt = queued.request.prompt;
-    SlotChoice choice = choose_slot(slots_, prompt, queued.request.use_session_cache);
-    if (choice.slot < 0) return;
-    Slot& slot = slots_[choice.slot];
-
-    // Committed KV: evict idle sessions (LRU) before refusing anyone.
-    const int64_t reserve = int64_t(prompt.size()) + queued.max_new;
-    if (!make_room(slots_, model_, slot.index, std::max(reserve, slot.kv_high),
-                   budget_positions_)) {
-      if (slot.kv_high > reserve) {
-        model_.release_kv(slot.index, reserve);
-        slot.kv_high = reserve;
-        slot.tokens.resize(std::min<size_t>(slot.tokens.size(), reserve));
-      }
-      if (!make_room(slots_, model_, slot.index, reserve, budget_positions_)) {
-        if (running_ > 0) return;  // running requests will give their reservations back
-        const double per_token = double(model_.kv_bytes_per_token());
-        queued.stream->push(end_event(
-            "error", "KV memory budget exceeded: the request needs " + mib(reserve * per_token) +
-                         " of KV cache, the budget is " + mib(budget_positions_ * per_token)));
-        queue_.pop_front();
-        continue;
-      }
+    std::shared_ptr<RequestStream> stream = queue_.front().stream;
+    try {
+      if (!place(queue_.front())) return;
+    } catch (const std::exception& e) {
+      stream->push(end_event("error", "could not start the request: " + what(e)));
     }
-
-    slot.tokens.resize(choice.reuse);
-    slot.busy = true;
-    slot.reserved = reserve;
-    slot.last_used = ++clock_;
-    --idle_slots_;
-    ++running_;
-    samplers_[slot.index].start(queued.request.sampling, prompt);
-    local_metrics_.prompt_tokens_total += int64_t(prompt.size());
-    local_metrics_.cached_tokens_total += choice.reuse;
-    active_[slot.index] = std::make_unique<ActiveRequest>(tokenizer_, std::move(queued), choice.reuse);
     queue_.pop_front();
   }
+}
+
+// Gives the request a slot, or ends it when the KV budget can never hold it. Returns false when
+// it must wait (no idle slot, or running requests hold the budget it needs).
+bool Scheduler::place(QueuedRequest& queued) {
+  const auto& prompt = queued.request.prompt;
+  const bool use_cache = options_.session_cache && queued.request.use_session_cache;
+  SlotChoice choice = choose_slot(slots_, prompt, use_cache);
+  if (choice.slot < 0) return false;
+  Slot& slot = slots_[choice.slot];
+
+  // Committed KV: evict idle sessions (LRU) before refusing anyone.
+  const int64_t reserve = int64_t(prompt.size()) + queued.max_new;
+  if (!make_room(slots_, model_, slot.index, std::max(reserve, slot.kv_high), budget_positions_)) {
+    if (slot.kv_high > reserve) {
+      slot.tokens.resize(std::min<size_t>(slot.tokens.size(), reserve));
+      model_.release_kv(slot.index, reserve);
+      slot.kv_high = reserve;
+    }
+    if (!make_room(slots_, model_, slot.index, reserve, budget_positions_)) {
+      if (running_ > 0) return false;  // running requests will give their reservations back
+      const double per_token = double(model_.kv_bytes_per_token());
+      queued.stream->push(end_event(
+          "error", "KV memory budget exceeded: the request needs " + mib(reserve * per_token) +
+                       " of KV cache, the budget is " + mib(budget_positions_ * per_token)));
+      return true;
+    }
+  }
+
+  const int64_t n_prompt = int64_t(prompt.size());
+  samplers_[slot.index].start(queued.request.sampling, prompt);
+  active_[slot.index] = std::make_unique<ActiveRequest>(tokenizer_, std::move(queued), choice.reuse);
+  slot.tokens.resize(choice.reuse);
+  slot.busy = true;
+  slot.reserved = reserve;
+  slot.last_used = ++clock_;
+  --idle_slots_;
+  ++running_;
+  local_metrics_.prompt_tokens_total += n_prompt;
+  local_metrics_.cached_tokens_total += choice.reuse;
+  return true;
 }
 
 // One pass: a decode token for every generating slot, then prefill up to the chunk size.
@@ -237,7 +290,10 @@ void Scheduler::run_pass() {
   } catch (const std::exception& e) {
     // The KV these tokens were writing cannot be trusted: drop those sessions.
     for (const PassPart& part : parts_) {
-      evict(slots_[part.slot], model_);
+      try {
+        evict(slots_[part.slot], model_);
+      } catch (const std::exception&) {  // the session is forgotten; its pages stay counted
+      }
       finish(part.slot, "error", std::string("model forward failed: ") + e.what());
     }
     return;
@@ -250,9 +306,13 @@ void Scheduler::run_pass() {
     slot.tokens.insert(slot.tokens.end(), request.sequence.begin() + begin,
                        request.sequence.begin() + begin + part.count);
     slot.kv_high = std::max<int64_t>(slot.kv_high, int64_t(slot.tokens.size()));
-    if (part.logits) {
-      on_logits(part.slot, std::span<const float>(logits_.data() + row * vocab_size_, vocab_size_));
-      ++row;
+    if (!part.logits) continue;
+    std::span<const float> logits(logits_.data() + row * vocab_size_, vocab_size_);
+    ++row;
+    try {
+      on_logits(part.slot, logits);
+    } catch (const std::exception& e) {  // this request's problem only; the others go on
+      if (active_[part.slot]) finish(part.slot, "error", "generation failed: " + what(e));
     }
   }
 }
@@ -287,7 +347,7 @@ void Scheduler::on_logits(int slot, std::span<const float> logits) {
 
   request.sequence.push_back(token);
   event.ids.push_back(token);
-  event.text = request.stop.push(request.detokenizer.push(token));
+  event.text = request.stop.push(decode_next(request.detokenizer, tokenizer_, token));
   bool at_limit = request.generated >= request.max_new;
   if (at_limit && !request.stop.stopped())
     event.text += request.stop.push(request.detokenizer.flush()) + request.stop.flush();
@@ -343,7 +403,10 @@ void Scheduler::publish_metrics() {
   // Measuring residency walks the page tables: a few times a second, and whenever all is idle.
   const auto now = Clock::now();
   if (running_ == 0 || now - last_kv_measure_ > std::chrono::milliseconds(250)) {
-    local_metrics_.kv_resident_bytes = model_.kv_resident_bytes();
+    try {
+      local_metrics_.kv_resident_bytes = model_.kv_resident_bytes();
+    } catch (const std::exception&) {  // a gauge: keep the last value
+    }
     last_kv_measure_ = now;
   }
   std::lock_guard lock(mutex_);

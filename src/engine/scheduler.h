@@ -63,12 +63,14 @@ class Scheduler {
   void step();
   void drop_cancelled();
   void admit();
+  bool place(QueuedRequest& queued);
   void build_pass();
   void run_pass();
   void on_logits(int slot, std::span<const float> logits);
   void end_at_stop_token(int slot);
   void finish(int slot, const std::string& reason, const std::string& error = {});
   void abort_all(const std::string& reason, const std::string& error);
+  void fail_running(const std::string& error);
   void publish_metrics();
 
   Model& model_;

@@ -38,8 +38,8 @@ int64_t committed_positions(std::span<const Slot> slots, int except) {
 }
 
 void evict(Slot& slot, Model& model) {
+  slot.tokens.clear();  // first: if releasing fails, no request may reuse this KV
   if (slot.kv_high > 0) model.release_kv(slot.index, 0);
-  slot.tokens.clear();
   slot.kv_high = 0;
 }
 

@@ -238,5 +238,44 @@ TEST(Sampling, HostileValuesNeverCrash) {
   }
 }
 
+// The model's vocabulary (151,936 rows) is larger than the tokenizer's (151,669 tokens): every
+// buffer must hold the model's, and the last ids must be usable everywhere. Under ASan (CI) any
+// write past a scratch buffer fails this test.
+TEST(Sampling, EveryPathStaysInsideAPaddedVocabulary) {
+  const int64_t vocab = 151936;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> logits(vocab);
+  for (int64_t i = 0; i < vocab; ++i) logits[i] = float((i * 7919) % 1013) * 1e-2f;
+  for (int64_t i = 1000; i < 1100; ++i) logits[i] = nan;          // a block of NaNs
+  for (int64_t i = 5000; i < 9000; ++i) logits[i] = 3.0f;          // a wide tie
+  logits[vocab - 1] = 20.0f;                                       // the last id is the favourite
+  const std::vector<int32_t> prompt = {0, 1, int32_t(vocab - 2), int32_t(vocab - 1)};
+  for (int top_k : {0, 1, 50, int(vocab) - 1, int(vocab)}) {
+    for (float top_p : {1.0f, 0.9f, 1e-6f}) {
+      for (float min_p : {0.0f, 0.05f, 1.0f}) {
+        SamplingParams p = params_with(0.8f, top_k, top_p, min_p);
+        p.seed = 7;
+        p.repetition_penalty = 1.3f;
+        p.presence_penalty = 0.5f;
+        p.frequency_penalty = 0.5f;
+        p.top_logprobs = 20;
+        Sampler sampler(vocab, 8);
+        sampler.start(p, prompt);
+        for (int step = 0; step < 3; ++step) {
+          int32_t id = sampler.sample(logits);
+          ASSERT_GE(id, 0);
+          ASSERT_LT(id, vocab);
+          TokenLogprob lp;
+          sampler.logprobs(logits, id, lp);
+          ASSERT_EQ(lp.top.size(), 20u);
+          EXPECT_EQ(lp.top[0].first, vocab - 1);
+          sampler.accept(id);
+          sampler.accept(int32_t(vocab - 1));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ellm
