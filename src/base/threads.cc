@@ -13,9 +13,9 @@ namespace {
 
 constexpr int kSpinIterations = 20000;
 
-void pin_to_cpu(int index) {
-  cpu_set_t allowed;
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
+// Pins the calling thread to the index-th CPU of `allowed` (the creator's CPUs, read before
+// anything was pinned: a worker's own mask would already be narrowed by its creator's pin).
+void pin_to_cpu(int index, const cpu_set_t& allowed) {
   int count = CPU_COUNT(&allowed);
   if (count == 0) return;
   int target = index % count, seen = 0;
@@ -50,13 +50,13 @@ void futex_wake_all(std::atomic<T>& word) {
 }  // namespace
 
 ThreadTeam::ThreadTeam(int n_threads, bool pin) : n_(n_threads < 1 ? 1 : n_threads) {
-  pin = pin && n_ > 1;
+  pinned_ = pin && n_ > 1 && sched_getaffinity(0, sizeof(creator_cpus_), &creator_cpus_) == 0;
   for (int member = 1; member < n_; ++member)
-    threads_.emplace_back([this, member, pin] {
-      if (pin) pin_to_cpu(member);
+    threads_.emplace_back([this, member] {
+      if (pinned_) pin_to_cpu(member, creator_cpus_);
       worker_loop(member);
     });
-  if (pin) pin_to_cpu(0);
+  if (pinned_) pin_to_cpu(0, creator_cpus_);
 }
 
 ThreadTeam::~ThreadTeam() {
@@ -64,6 +64,8 @@ ThreadTeam::~ThreadTeam() {
   generation_.fetch_add(1, std::memory_order_release);
   futex_wake_all(generation_);
   for (auto& t : threads_) t.join();
+  // Give the creating thread its CPUs back, so a later team can spread over all of them.
+  if (pinned_) sched_setaffinity(0, sizeof(creator_cpus_), &creator_cpus_);
 }
 
 void ThreadTeam::run_erased(Task task, void* ctx) {

@@ -3,6 +3,8 @@
 // a team of n starts n-1 threads. run() is a fork-join: every member calls fn(member, n) and
 // run() returns when all have finished. Waiting spins briefly, then sleeps on a futex, so a
 // quiet machine gets microsecond hand-offs and a shared one is not burned by spinning.
+#include <sched.h>
+
 #include <atomic>
 #include <cstdint>
 #include <thread>
@@ -31,6 +33,8 @@ class ThreadTeam {
   void worker_loop(int member);
 
   int n_;
+  bool pinned_ = false;
+  cpu_set_t creator_cpus_{};
   std::vector<std::thread> threads_;
   Task task_ = nullptr;
   void* ctx_ = nullptr;

@@ -56,3 +56,20 @@ TEST(Cpu, ActiveIsaIsSupported) {
 }
 
 }  // namespace ellm
+
+namespace ellm {
+
+// A team pins its creator; once it is gone, the next team must still spread over every CPU
+// (it once inherited the creator's single-CPU mask and ran all members on one core).
+TEST(ThreadTeam, LaterTeamSpreadsOverAllCpus) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  if (CPU_COUNT(&allowed) < 2) GTEST_SKIP() << "needs two CPUs";
+  { ThreadTeam first(2); first.run([](int, int) {}); }
+  ThreadTeam second(2);
+  std::vector<int> cpu(2, -1);
+  second.run([&](int member, int) { cpu[member] = sched_getcpu(); });
+  EXPECT_NE(cpu[0], cpu[1]);
+}
+
+}  // namespace ellm
