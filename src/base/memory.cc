@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -26,13 +28,23 @@ void* aligned_alloc_zeroed(size_t bytes) {
   return p;
 }
 
-VirtualRegion::VirtualRegion(size_t bytes) : size_(bytes) {
+VirtualRegion::VirtualRegion(size_t bytes, bool huge_pages) : size_(bytes) {
   if (bytes == 0) return;
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
+  size_t slack = huge_pages ? kHugePage : 0;  // room to move the start to a 2 MiB boundary
+  void* p = mmap(nullptr, bytes + slack, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
     throw Error("cannot reserve " + std::to_string(bytes >> 20) + " MiB of address space");
-  data_ = static_cast<uint8_t*>(p);
+  uint8_t* start = static_cast<uint8_t*>(p);
+  if (huge_pages) {
+    uint8_t* aligned = reinterpret_cast<uint8_t*>(
+        (reinterpret_cast<uintptr_t>(start) + kHugePage - 1) / kHugePage * kHugePage);
+    if (aligned > start) munmap(start, size_t(aligned - start));
+    if (size_t tail = size_t(start + slack - aligned)) munmap(aligned + bytes, tail);
+    start = aligned;
+    madvise(start, bytes, MADV_HUGEPAGE);
+  }
+  data_ = start;
 }
 
 VirtualRegion::~VirtualRegion() {
@@ -60,6 +72,19 @@ void VirtualRegion::release(size_t offset, size_t bytes) {
   size_t begin = (offset + page - 1) / page * page;
   size_t end = std::min(size_, offset + bytes) / page * page;
   if (end > begin) madvise(data_ + begin, end - begin, MADV_DONTNEED);
+}
+
+void VirtualRegion::commit(size_t offset, size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  static std::atomic<bool> unsupported{false};
+  if (unsupported.load(std::memory_order_relaxed)) return;
+  size_t page = size_t(sysconf(_SC_PAGESIZE));
+  size_t begin = offset / page * page;
+  size_t end = std::min(size_, (offset + bytes + page - 1) / page * page);
+  if (end > begin && madvise(data_ + begin, end - begin, MADV_POPULATE_WRITE) != 0 &&
+      errno == EINVAL)
+    unsupported.store(true, std::memory_order_relaxed);
+#endif
 }
 
 size_t VirtualRegion::resident_bytes() const {

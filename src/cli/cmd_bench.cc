@@ -36,7 +36,17 @@ std::vector<int64_t> parse_list(const std::string& text) {
   std::vector<int64_t> out;
   std::stringstream in(text);
   for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(std::stoll(item));
+    if (!item.empty()) {
+      size_t used = 0;
+      int64_t value = -1;
+      try {
+        value = std::stoll(item, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != item.size() || value <= 0)
+        fail(text, "expected a comma-separated list of positive integers");
+      out.push_back(value);
+    }
   return out;
 }
 
@@ -251,7 +261,8 @@ int cmd_bench(int argc, char** argv) {
   for (int64_t c : context_list) longest = std::max(longest, c);
   ServingLimits limits;
   limits.sequence_length = longest + steps + 8;
-  limits.batch_size = std::max<int64_t>(1, *std::max_element(batch_list.begin(), batch_list.end()));
+  limits.batch_size = 1;
+  for (int64_t b : batch_list) limits.batch_size = std::max(limits.batch_size, b);
   limits.chunk_size = longest;
   limits.threads = threads;
   auto model = Model::load(model_path, limits);

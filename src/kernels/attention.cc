@@ -105,12 +105,12 @@ void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& sha
   std::fill(acc, acc + rows * hd, 0.0f);
 
   const float* q = seq.q + it.q0 * shape.ldq + it.kv_head * group * hd;
-  const float* k = seq.k + it.kv_head * shape.kv_head_stride;
-  const float* v = seq.v + it.kv_head * shape.kv_head_stride;
+  const float* k = seq.k + it.kv_head * hd;
+  const float* v = seq.v + it.kv_head * hd;
   int64_t first_end = seq.q_start + it.q0 + 1;
   for (int64_t p = it.p0; p < it.p1; p += kBlockPositions)
-    block(q, shape.ldq, group, rows, first_end, k, v, p, std::min(p + kBlockPositions, it.p1), hd,
-          shape.scale, m, l, acc, s);
+    block(q, shape.ldq, group, rows, first_end, k, v, shape.kv_row_stride, p,
+          std::min(p + kBlockPositions, it.p1), hd, shape.scale, m, l, acc, s);
 
   if (it.partial >= 0) {
     float* dst = partials + it.partial * plan.partial_floats;

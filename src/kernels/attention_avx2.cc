@@ -35,14 +35,15 @@ void transpose8(const float* src, int64_t lds, float* dst, int64_t ldd) {
   }
 }
 
-// kt[d][j] = k[j][d] for j < width, zero for width <= j < ldt.
-void transpose_block(const float* k, int64_t width, int64_t head_dim, float* kt, int64_t ldt) {
+// kt[d][j] = k[j * ldk + d] for j < width, zero for width <= j < ldt.
+void transpose_block(const float* k, int64_t ldk, int64_t width, int64_t head_dim, float* kt,
+                     int64_t ldt) {
   int64_t full_j = width / 8 * 8;
   for (int64_t j = 0; j < full_j; j += 8)
     for (int64_t d = 0; d < head_dim; d += 8)
-      transpose8(k + j * head_dim + d, head_dim, kt + d * ldt + j, ldt);
+      transpose8(k + j * ldk + d, ldk, kt + d * ldt + j, ldt);
   for (int64_t d = 0; d < head_dim; ++d) {
-    for (int64_t j = full_j; j < width; ++j) kt[d * ldt + j] = k[j * head_dim + d];
+    for (int64_t j = full_j; j < width; ++j) kt[d * ldt + j] = k[j * ldk + d];
     for (int64_t j = width; j < ldt; ++j) kt[d * ldt + j] = 0.0f;
   }
 }
@@ -106,7 +107,7 @@ float softmax_row(float* s, int64_t visible, int64_t ldt, float& m, float& l) {
 // acc_i = acc_i * correction_i + p_i . v[0:count] for kRows rows, 16 dimensions at a time (8 at
 // the end); rows with a null acc are computed but not stored.
 void accumulate(float* const* acc, const float* correction, const float* p, int64_t ldp,
-                const float* v, int64_t count, int64_t head_dim) {
+                const float* v, int64_t ldv, int64_t count, int64_t head_dim) {
   for (int64_t d0 = 0; d0 < head_dim; d0 += 16) {
     int lanes = head_dim - d0 >= 16 ? 2 : 1;
     __m256 a[kRows][2];
@@ -118,7 +119,7 @@ void accumulate(float* const* acc, const float* correction, const float* p, int6
       a[i][1] = lanes == 2 ? _mm256_mul_ps(_mm256_loadu_ps(src + 8), c) : _mm256_setzero_ps();
     }
     for (int64_t j = 0; j < count; ++j) {
-      const float* vj = v + j * head_dim + d0;
+      const float* vj = v + j * ldv + d0;
       __m256 v0 = _mm256_loadu_ps(vj);
       __m256 v1 = lanes == 2 ? _mm256_loadu_ps(vj + 8) : _mm256_setzero_ps();
 #pragma GCC unroll 4
@@ -138,12 +139,13 @@ void accumulate(float* const* acc, const float* correction, const float* p, int6
 }
 
 void sub_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
-               const float* k, const float* v, int64_t p0, int64_t p1, int64_t head_dim,
+               const float* k, const float* v, int64_t ldkv, int64_t p0, int64_t p1,
+                     int64_t head_dim,
                float scale, float* m, float* l, float* acc, float* scratch) {
   int64_t width = p1 - p0, ldt = (width + 7) / 8 * 8;
   float* kt = scratch;             // [head_dim][ldt]
   float* s = kt + head_dim * ldt;  // [kRows][ldt]
-  transpose_block(k + p0 * head_dim, width, head_dim, kt, ldt);
+  transpose_block(k + p0 * ldkv, ldkv, width, head_dim, kt, ldt);
   for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
     // Positions the tile's last row sees; rows before the first visible position skip the block.
     int64_t last = std::min(rows, r0 + kRows) - 1;
@@ -167,20 +169,21 @@ void sub_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t
       int64_t visible = std::min(p1, first_end + r / group) - p0;
       correction[i] = softmax_row(s + i * ldt, visible, tile_width, m[r], l[r]);
     }
-    accumulate(acc_rows, correction, s, ldt, v + p0 * head_dim, tile_visible, head_dim);
+    accumulate(acc_rows, correction, s, ldt, v + p0 * ldkv, ldkv, tile_visible, head_dim);
   }
 }
 
 }  // namespace
 
 void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
-                     const float* k, const float* v, int64_t p0, int64_t p1, int64_t head_dim,
+                     const float* k, const float* v, int64_t ldkv, int64_t p0, int64_t p1,
+                     int64_t head_dim,
                      float scale, float* m, float* l, float* acc, float* s) {
   if (head_dim % 8)
-    return scalar::attention_block(q, ldq, group, rows, first_end, k, v, p0, p1, head_dim, scale,
+    return scalar::attention_block(q, ldq, group, rows, first_end, k, v, ldkv, p0, p1, head_dim, scale,
                                    m, l, acc, s);
   for (int64_t p = p0; p < p1; p += kMaxPositions)
-    sub_block(q, ldq, group, rows, first_end, k, v, p, std::min(p1, p + kMaxPositions), head_dim,
+    sub_block(q, ldq, group, rows, first_end, k, v, ldkv, p, std::min(p1, p + kMaxPositions), head_dim,
               scale, m, l, acc, s);
 }
 

@@ -6,7 +6,8 @@
 namespace ellm::scalar {
 
 void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
-                     const float* k, const float* v, int64_t p0, int64_t p1, int64_t head_dim,
+                     const float* k, const float* v, int64_t ldkv, int64_t p0, int64_t p1,
+                     int64_t head_dim,
                      float scale, float* m, float* l, float* acc, float* s) {
   int64_t width = p1 - p0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -16,7 +17,7 @@ void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, i
     float* sr = s + r * width;
     float block_max = -INFINITY;
     for (int64_t j = 0; j < visible; ++j) {
-      const float* kj = k + (p0 + j) * head_dim;
+      const float* kj = k + (p0 + j) * ldkv;
       float dot = 0;
       for (int64_t d = 0; d < head_dim; ++d) dot += qr[d] * kj[d];
       sr[j] = dot * scale;
@@ -30,7 +31,7 @@ void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, i
     for (int64_t j = 0; j < visible; ++j) {
       float p = std::exp(sr[j] - new_max);
       sum += p;
-      const float* vj = v + (p0 + j) * head_dim;
+      const float* vj = v + (p0 + j) * ldkv;
       for (int64_t d = 0; d < head_dim; ++d) ar[d] += p * vj[d];
     }
     l[r] = l[r] * correction + sum;

@@ -1,6 +1,8 @@
 // Entry points of kernels.h: pick the implementation for the active instruction set. This
 // machine class has no AMX kernels yet (no AMX hardware to test on), so the amx tier runs the
 // AVX-512 BF16 ones.
+#include <cmath>
+
 #include "base/error.h"
 #include "kernels/isa_kernels.h"
 
@@ -27,8 +29,17 @@ void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float
   ELLM_DISPATCH(active_isa(), rmsnorm(x, rows, dim, ldx, weight, eps, out, ldo));
 }
 
-void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const float* inv_freq) {
-  ELLM_DISPATCH(active_isa(), rope(x, n_heads, head_dim, pos, inv_freq));
+void rope_angles(int64_t pos, const float* inv_freq, int64_t half, float* cos, float* sin) {
+  for (int64_t i = 0; i < half; ++i) {
+    float angle = float(pos) * inv_freq[i];
+    cos[i] = std::cos(angle);
+    sin[i] = std::sin(angle);
+  }
+}
+
+void norm_rope(const float* x, int64_t n_heads, int64_t head_dim, const float* weight, float eps,
+               const float* cos, const float* sin, float* out, int64_t ldo) {
+  ELLM_DISPATCH(active_isa(), norm_rope(x, n_heads, head_dim, weight, eps, cos, sin, out, ldo));
 }
 
 void silu_mul(const float* gate, const float* up, float* out, int64_t count) {

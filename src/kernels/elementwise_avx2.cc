@@ -51,24 +51,28 @@ void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float
   }
 }
 
-void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const float* inv_freq) {
-  constexpr int64_t kMaxHalf = 512;
+void norm_rope(const float* x, int64_t n_heads, int64_t head_dim, const float* weight, float eps,
+               const float* cos, const float* sin, float* out, int64_t ldo) {
   int64_t half = head_dim / 2;
-  if (half > kMaxHalf || half % 8) return scalar::rope(x, n_heads, head_dim, pos, inv_freq);
-  float cos_t[kMaxHalf], sin_t[kMaxHalf];  // one angle table for all heads
-  for (int64_t i = 0; i < half; ++i) {
-    float angle = float(pos) * inv_freq[i];
-    cos_t[i] = std::cos(angle);
-    sin_t[i] = std::sin(angle);
-  }
+  if (head_dim % 2 || half % 8)
+    return scalar::norm_rope(x, n_heads, head_dim, weight, eps, cos, sin, out, ldo);
   for (int64_t h = 0; h < n_heads; ++h) {
-    float* lo = x + h * head_dim;
-    float* hi = lo + half;
+    const float* lo = x + h * head_dim;
+    const float* hi = lo + half;
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t i = 0; i < head_dim; i += 8) {
+      __m256 v = _mm256_loadu_ps(lo + i);
+      sum = _mm256_fmadd_ps(v, v, sum);
+    }
+    __m256 inv_rms = _mm256_set1_ps(1.0f / std::sqrt(hsum(sum) / float(head_dim) + eps));
+    float* o = out + h * ldo;
     for (int64_t i = 0; i < half; i += 8) {
-      __m256 a = _mm256_loadu_ps(lo + i), b = _mm256_loadu_ps(hi + i);
-      __m256 c = _mm256_loadu_ps(cos_t + i), s = _mm256_loadu_ps(sin_t + i);
-      _mm256_storeu_ps(lo + i, _mm256_fmsub_ps(a, c, _mm256_mul_ps(b, s)));
-      _mm256_storeu_ps(hi + i, _mm256_fmadd_ps(b, c, _mm256_mul_ps(a, s)));
+      __m256 a = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(lo + i), inv_rms), _mm256_loadu_ps(weight + i));
+      __m256 b = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(hi + i), inv_rms),
+                               _mm256_loadu_ps(weight + half + i));
+      __m256 c = _mm256_loadu_ps(cos + i), s = _mm256_loadu_ps(sin + i);
+      _mm256_storeu_ps(o + i, _mm256_fmsub_ps(a, c, _mm256_mul_ps(b, s)));
+      _mm256_storeu_ps(o + half + i, _mm256_fmadd_ps(b, c, _mm256_mul_ps(a, s)));
     }
   }
 }

@@ -57,25 +57,29 @@ void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float
   }
 }
 
-void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const float* inv_freq) {
-  constexpr int64_t kMaxHalf = 512;
+void norm_rope(const float* x, int64_t n_heads, int64_t head_dim, const float* weight, float eps,
+               const float* cos, const float* sin, float* out, int64_t ldo) {
+  if (head_dim % 2) return scalar::norm_rope(x, n_heads, head_dim, weight, eps, cos, sin, out, ldo);
   int64_t half = head_dim / 2;
-  if (half > kMaxHalf) return scalar::rope(x, n_heads, head_dim, pos, inv_freq);
-  float cos_t[kMaxHalf], sin_t[kMaxHalf];  // one angle table for all heads
-  for (int64_t i = 0; i < half; ++i) {
-    float angle = float(pos) * inv_freq[i];
-    cos_t[i] = std::cos(angle);
-    sin_t[i] = std::sin(angle);
-  }
   for (int64_t h = 0; h < n_heads; ++h) {
-    float* lo = x + h * head_dim;
-    float* hi = lo + half;
+    const float* lo = x + h * head_dim;
+    const float* hi = lo + half;
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t i = 0; i < head_dim; i += 16) {
+      __m512 v = _mm512_maskz_loadu_ps(tail_mask(head_dim - i), lo + i);
+      sum = _mm512_fmadd_ps(v, v, sum);
+    }
+    __m512 inv_rms = _mm512_set1_ps(1.0f / std::sqrt(_mm512_reduce_add_ps(sum) / float(head_dim) + eps));
+    float* o = out + h * ldo;
     for (int64_t i = 0; i < half; i += 16) {
       __mmask16 mask = tail_mask(half - i);
-      __m512 a = _mm512_maskz_loadu_ps(mask, lo + i), b = _mm512_maskz_loadu_ps(mask, hi + i);
-      __m512 c = _mm512_maskz_loadu_ps(mask, cos_t + i), s = _mm512_maskz_loadu_ps(mask, sin_t + i);
-      _mm512_mask_storeu_ps(lo + i, mask, _mm512_fmsub_ps(a, c, _mm512_mul_ps(b, s)));
-      _mm512_mask_storeu_ps(hi + i, mask, _mm512_fmadd_ps(b, c, _mm512_mul_ps(a, s)));
+      __m512 a = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, lo + i), inv_rms),
+                               _mm512_maskz_loadu_ps(mask, weight + i));
+      __m512 b = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, hi + i), inv_rms),
+                               _mm512_maskz_loadu_ps(mask, weight + half + i));
+      __m512 c = _mm512_maskz_loadu_ps(mask, cos + i), s = _mm512_maskz_loadu_ps(mask, sin + i);
+      _mm512_mask_storeu_ps(o + i, mask, _mm512_fmsub_ps(a, c, _mm512_mul_ps(b, s)));
+      _mm512_mask_storeu_ps(o + half + i, mask, _mm512_fmadd_ps(b, c, _mm512_mul_ps(a, s)));
     }
   }
 }

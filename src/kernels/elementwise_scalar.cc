@@ -25,17 +25,21 @@ void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float
   }
 }
 
-void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const float* inv_freq) {
+void norm_rope(const float* x, int64_t n_heads, int64_t head_dim, const float* weight, float eps,
+               const float* cos, const float* sin, float* out, int64_t ldo) {
   int64_t half = head_dim / 2;
   for (int64_t h = 0; h < n_heads; ++h) {
-    float* xh = x + h * head_dim;
-    for (int64_t i = 0; i < half; ++i) {
-      float angle = float(pos) * inv_freq[i];
-      float c = std::cos(angle), s = std::sin(angle);
-      float a = xh[i], b = xh[i + half];
-      xh[i] = a * c - b * s;
-      xh[i + half] = b * c + a * s;
+    const float* xh = x + h * head_dim;
+    float* o = out + h * ldo;
+    double sum_sq = 0;
+    for (int64_t i = 0; i < head_dim; ++i) sum_sq += double(xh[i]) * xh[i];
+    float inv_rms = 1.0f / std::sqrt(float(sum_sq / head_dim) + eps);
+    for (int64_t i = 0; i < half; ++i) {  // both reads before both writes: out may be x
+      float a = xh[i] * inv_rms * weight[i], b = xh[i + half] * inv_rms * weight[i + half];
+      o[i] = a * cos[i] - b * sin[i];
+      o[i + half] = b * cos[i] + a * sin[i];
     }
+    if (head_dim % 2) o[head_dim - 1] = xh[head_dim - 1] * inv_rms * weight[head_dim - 1];
   }
 }
 

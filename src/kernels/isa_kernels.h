@@ -11,7 +11,7 @@ namespace ellm {
 // One flash-attention step for `rows` query rows of one KV head against positions [p0, p1).
 // Row r is query r / group, head r % group of the group: q + (r / group) * ldq + (r % group) *
 // head_dim. It may see positions < first_end + r / group (causal). k, v point at position 0 of
-// the head ([position][head_dim]). Online-softmax state per row: running max m[r], sum l[r],
+// the head; position p is at k + p * ldkv. Online-softmax state per row: running max m[r], sum l[r],
 // unnormalised output acc[r][head_dim]. p1 - p0 <= 64; s is scratch of
 // max(rows, head_dim + 4) * 64 floats.
 #define ELLM_ISA_KERNELS                                                                          \
@@ -19,14 +19,15 @@ namespace ellm {
   void convert_bf16_to_f32(const bf16* x, float* out, int64_t count);                             \
   void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight,        \
                float eps, float* out, int64_t ldo);                                                \
-  void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const float* inv_freq);     \
+  void norm_rope(const float* x, int64_t n_heads, int64_t head_dim, const float* weight,         \
+                 float eps, const float* cos, const float* sin, float* out, int64_t ldo);         \
   void silu_mul(const float* gate, const float* up, float* out, int64_t count);                   \
   void pack_weights(const bf16* w, int64_t n, int64_t k, PackedWeights& out);                     \
   void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,             \
               int64_t ldy, bool accumulate, int member, int n_members);                           \
   void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows,                  \
-                       int64_t first_end, const float* k, const float* v, int64_t p0, int64_t p1, \
-                       int64_t head_dim, float scale, float* m, float* l, float* acc, float* s);
+                       int64_t first_end, const float* k, const float* v, int64_t ldkv,           \
+                       int64_t p0, int64_t p1, int64_t head_dim, float scale, float* m, float* l, float* acc, float* s);
 
 namespace scalar { ELLM_ISA_KERNELS }
 namespace avx2 { ELLM_ISA_KERNELS }

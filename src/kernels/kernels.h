@@ -40,9 +40,16 @@ void convert_bf16_to_f32(const bf16* x, float* out, int64_t count);
 void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight, float eps,
              float* out, int64_t ldo);
 
-// Rotate-half RoPE (HF Qwen3) in place on x[h][0:head_dim] for h < n_heads (row stride
-// head_dim), at position `pos`. inv_freq[i] = theta^(-2i/head_dim), i < head_dim/2.
-void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const float* inv_freq);
+// The angles of rotate-half RoPE (HF Qwen3) at position pos: cos[i] = cos(pos * inv_freq[i]),
+// sin[i] likewise, i < half = head_dim / 2; inv_freq[i] = theta^(-2i/head_dim). The same libm
+// code on every tier; a pass computes them once per token for all layers.
+void rope_angles(int64_t pos, const float* inv_freq, int64_t half, float* cos, float* sin);
+
+// Qwen3's per-head q/k norm then RoPE: out[h] = rope(rmsnorm(x[h]) * weight) for h < n_heads.
+// x rows are head_dim long at stride head_dim; out rows at stride ldo (out may equal x, or point
+// straight into the KV cache). cos/sin come from rope_angles at the token's position.
+void norm_rope(const float* x, int64_t n_heads, int64_t head_dim, const float* weight, float eps,
+               const float* cos, const float* sin, float* out, int64_t ldo);
 
 // out[i] = silu(gate[i]) * up[i]
 void silu_mul(const float* gate, const float* up, float* out, int64_t count);
@@ -70,7 +77,7 @@ void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float
 
 // One sequence's queries in a pass: positions [q_start, q_start + n_q) of its slot. Each query
 // attends causally to cache positions [0, its position]. The cache of the slot holds K and V as
-// [n_kv_heads][max_positions][head_dim] FP32 (head stride kv_head_stride elements), already
+// [max_positions][n_kv_heads][head_dim] FP32 (row stride kv_row_stride elements), already
 // written for every position up to q_start + n_q - 1.
 struct AttentionSeq {
   const float* q;  // [n_q][n_heads * head_dim], row stride ldq
@@ -84,7 +91,7 @@ struct AttentionSeq {
 struct AttentionShape {
   int64_t n_heads, n_kv_heads, head_dim;
   int64_t ldq, ldo;
-  int64_t kv_head_stride;
+  int64_t kv_row_stride;  // elements from one position to the next (head h starts at h * head_dim)
   float scale;  // 1/sqrt(head_dim)
 };
 

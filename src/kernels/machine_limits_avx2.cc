@@ -8,9 +8,15 @@ namespace ellm {
 // FP32 FMA peak (no BF16 dot product on AVX2): 2 FLOP per lane per FMA.
 float peak_loop_avx2_fma(int64_t iterations) {
   __m256 acc[12];
-  for (auto& a : acc) a = _mm256_setzero_ps();
+#pragma GCC unroll 12
+  for (auto& x : acc) {  // opaque, so the compiler cannot merge identical chains
+    x = _mm256_setzero_ps();
+    __asm__ volatile("" : "+x"(x));
+  }
   __m256 a = _mm256_set1_ps(1.0f), b = _mm256_set1_ps(0.5f);
   for (int64_t i = 0; i < iterations; ++i) {
+    // Fully unrolled, or GCC keeps acc[] in memory and the loop measures store forwarding.
+#pragma GCC unroll 12
     for (auto& x : acc) x = _mm256_fmadd_ps(a, b, x);
     __asm__ volatile("" : "+x"(a));
   }

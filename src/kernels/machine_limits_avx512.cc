@@ -9,9 +9,15 @@ namespace ellm {
 // pipes' throughput. Returns a value so the compiler cannot drop the work.
 float peak_loop_avx512_bf16(int64_t iterations) {
   __m512 acc[12];
-  for (auto& a : acc) a = _mm512_setzero_ps();
+#pragma GCC unroll 12
+  for (auto& x : acc) {  // opaque, so the compiler cannot merge identical chains
+    x = _mm512_setzero_ps();
+    __asm__ volatile("" : "+v"(x));
+  }
   __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3c00);
   for (int64_t i = 0; i < iterations; ++i) {
+    // Fully unrolled, or GCC keeps acc[] in memory and the loop measures store forwarding.
+#pragma GCC unroll 12
     for (auto& x : acc) x = _mm512_dpbf16_ps(x, a, b);
     __asm__ volatile("" : "+v"(a));  // keep the inputs opaque
   }

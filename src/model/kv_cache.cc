@@ -11,51 +11,62 @@ KvCache::KvCache(int64_t n_layers, int64_t n_slots, int64_t n_kv_heads, int64_t 
                  int64_t head_dim)
     : n_slots_(n_slots), n_kv_heads_(n_kv_heads), max_positions_(max_positions),
       head_dim_(head_dim) {
-  size_t layer_bytes = size_t(2 * n_slots * n_kv_heads) * size_t(head_stride()) * sizeof(float);
+  const size_t huge = VirtualRegion::kHugePage;
+  slot_bytes_ = (size_t(max_positions) * row_bytes() + huge - 1) / huge * huge;
   written_.assign(size_t(n_slots), 0);
+  committed_.assign(size_t(n_slots), 0);
   layers_.reserve(size_t(n_layers));
-  for (int64_t l = 0; l < n_layers; ++l) layers_.emplace_back(layer_bytes);
+  for (int64_t l = 0; l < n_layers; ++l)
+    layers_.emplace_back(2 * size_t(n_slots) * slot_bytes_, /*huge_pages=*/true);
+}
+
+void KvCache::commit(int64_t slot, int64_t end_position, ThreadTeam& team) {
+  constexpr int64_t kCommitAhead = 64;  // positions: decode commits once every 64 steps at most
+  int64_t from = committed_[slot];
+  if (end_position <= from) return;
+  int64_t to = std::min(max_positions_, (end_position + kCommitAhead - 1) / kCommitAhead * kCommitAhead);
+  int64_t ranges = int64_t(layers_.size()) * 2;  // (layer, K or V)
+  team.run([&](int member, int n_members) {
+    auto [begin, end] = split_range(ranges, member, n_members);
+    for (int64_t i = begin; i < end; ++i)
+      layers_[i / 2].commit(slot_offset(slot, int(i % 2)) + size_t(from) * row_bytes(),
+                            size_t(to - from) * row_bytes());
+  });
+  committed_[slot] = to;
 }
 
 void KvCache::release(int64_t slot, int64_t from_position) {
   if (from_position >= max_positions_) return;
-  written_[slot] = std::min(written_[slot], std::max<int64_t>(from_position, 0));
-  size_t head_bytes = size_t(head_stride()) * sizeof(float);
-  size_t from = size_t(from_position * head_dim_) * sizeof(float);
+  from_position = std::max<int64_t>(from_position, 0);
+  written_[slot] = std::min(written_[slot], from_position);
+  committed_[slot] = std::min(committed_[slot], from_position);
+  size_t from = size_t(from_position) * row_bytes();
   for (VirtualRegion& region : layers_)
-    for (int kv = 0; kv < 2; ++kv)
-      for (int64_t h = 0; h < n_kv_heads_; ++h) {
-        size_t head = size_t((kv * n_slots_ + slot) * n_kv_heads_ + h) * head_bytes;
-        region.release(head + from, head_bytes - from);
-      }
+    for (int kv = 0; kv < 2; ++kv) region.release(slot_offset(slot, kv) + from, slot_bytes_ - from);
 }
 
 size_t KvCache::resident_bytes() const {
-  // mincore over the written prefix of each head only: the reservation may be hundreds of GiB.
-  size_t page = size_t(sysconf(_SC_PAGESIZE));
-  size_t head_bytes = size_t(head_stride()) * sizeof(float);
+  // mincore over the used prefix of each slot only (the reservation may be hundreds of GiB),
+  // to the end of its last huge page: that page is resident as a whole.
+  const size_t page = size_t(sysconf(_SC_PAGESIZE)), huge = VirtualRegion::kHugePage;
   std::vector<unsigned char> vec;
   size_t resident_pages = 0;
   for (const VirtualRegion& region : layers_)
     for (int kv = 0; kv < 2; ++kv)
       for (int64_t slot = 0; slot < n_slots_; ++slot) {
-        size_t used = size_t(written_[slot] * head_dim_) * sizeof(float);
+        size_t used = size_t(std::max(written_[slot], committed_[slot])) * row_bytes();
         if (used == 0) continue;
-        for (int64_t h = 0; h < n_kv_heads_; ++h) {
-          size_t begin = size_t((kv * n_slots_ + slot) * n_kv_heads_ + h) * head_bytes;
-          size_t first = begin / page * page, end = begin + used;
-          size_t pages = (end - first + page - 1) / page;
-          vec.resize(pages);
-          if (mincore(region.data() + first, pages * page, vec.data()) != 0) continue;
-          for (size_t i = 0; i < pages; ++i) resident_pages += vec[i] & 1;
-        }
+        used = std::min(slot_bytes_, (used + huge - 1) / huge * huge);
+        size_t begin = slot_offset(slot, kv);  // a multiple of the page size
+        size_t pages = (used + page - 1) / page;
+        vec.resize(pages);
+        if (mincore(region.data() + begin, pages * page, vec.data()) != 0) continue;
+        for (size_t i = 0; i < pages; ++i) resident_pages += vec[i] & 1;
       }
   return resident_pages * page;
 }
 
-size_t KvCache::bytes_per_token() const {
-  return layers_.size() * 2 * size_t(n_kv_heads_ * head_dim_) * sizeof(float);
-}
+size_t KvCache::bytes_per_token() const { return layers_.size() * 2 * row_bytes(); }
 
 size_t KvCache::reserved_bytes() const {
   size_t total = 0;

@@ -1,12 +1,16 @@
 #pragma once
 // The static KV cache (DESIGN.md idea 2): per layer one virtual reservation holding
-//   K [slot][kv_head][position][head_dim]  then  V [slot][kv_head][position][head_dim]  (FP32),
-// contiguous along position so attention streams each head linearly. Pages commit as positions
-// are written; a huge sequence_length costs address space only.
+//   K [slot][position][kv_head][head_dim]  then  V [slot][position][kv_head][head_dim]  (FP32).
+// One position of a slot is one contiguous row of all its heads, exactly as the QKV projection
+// produces it, so a slot's cache grows as one contiguous range per layer: attention streams
+// positions in order (head h at offset h * head_dim, rows kv_row_stride apart), and the range
+// commits in 2 MiB huge pages. Pages commit as positions are written; a huge sequence_length
+// costs address space only.
 #include <cstdint>
 #include <vector>
 
 #include "base/memory.h"
+#include "base/threads.h"
 
 namespace ellm {
 
@@ -16,10 +20,10 @@ class KvCache {
   KvCache(int64_t n_layers, int64_t n_slots, int64_t n_kv_heads, int64_t max_positions,
           int64_t head_dim);
 
-  // Start of a slot's K (or V) for a layer: [n_kv_heads][max_positions][head_dim].
+  // Position 0, head 0 of a slot's K (or V) for a layer: [max_positions][n_kv_heads][head_dim].
   float* k(int64_t layer, int64_t slot) const { return base(layer, slot, 0); }
   float* v(int64_t layer, int64_t slot) const { return base(layer, slot, 1); }
-  int64_t head_stride() const { return max_positions_ * head_dim_; }  // elements
+  int64_t row_stride() const { return n_kv_heads_ * head_dim_; }  // elements per position
   int64_t max_positions() const { return max_positions_; }
 
   // Records that a slot's positions below end_position have been written (bounds the resident
@@ -27,6 +31,10 @@ class KvCache {
   void note_written(int64_t slot, int64_t end_position) {
     if (end_position > written_[slot]) written_[slot] = end_position;
   }
+  // Faults in the pages for a slot's positions below end_position (and up to kCommitAhead
+  // beyond) before a pass writes them: one system call per layer and K/V, split over the team,
+  // instead of a page fault per page. Positions already committed cost nothing.
+  void commit(int64_t slot, int64_t end_position, ThreadTeam& team);
   // Returns the pages of a slot's positions [from_position, max_positions) to the OS.
   void release(int64_t slot, int64_t from_position);
   size_t resident_bytes() const;
@@ -34,13 +42,18 @@ class KvCache {
   size_t reserved_bytes() const;
 
  private:
+  size_t row_bytes() const { return size_t(row_stride()) * sizeof(float); }
+  size_t slot_offset(int64_t slot, int kv) const {  // bytes from the start of a layer
+    return size_t(kv * n_slots_ + slot) * slot_bytes_;
+  }
   float* base(int64_t layer, int64_t slot, int kv) const {
-    float* p = reinterpret_cast<float*>(layers_[layer].data());
-    return p + ((kv * n_slots_ + slot) * n_kv_heads_) * head_stride();
+    return reinterpret_cast<float*>(layers_[layer].data() + slot_offset(slot, kv));
   }
   int64_t n_slots_ = 0, n_kv_heads_ = 0, max_positions_ = 0, head_dim_ = 0;
+  size_t slot_bytes_ = 0;  // one slot's K (or V) in a layer, rounded up to whole huge pages
   std::vector<VirtualRegion> layers_;
-  std::vector<int64_t> written_;  // per slot: positions below this may be resident
+  std::vector<int64_t> written_;    // per slot: positions below this may be resident
+  std::vector<int64_t> committed_;  // per slot: positions below this are committed
 };
 
 }  // namespace ellm

@@ -10,6 +10,7 @@ namespace ellm {
 
 enum class Op {
   embed,
+  kv_commit,
   norm,
   qkv,
   qk_norm_rope,
@@ -46,7 +47,7 @@ class OpProfiler {
 
   ForwardProfile snapshot() const {
     static const char* names[] = {
-        "embed",    "norm", "qkv",        "qk_norm_rope", "attention",   "o_proj", "gate_up",
+        "embed",    "kv_commit", "norm", "qkv",        "qk_norm_rope", "attention",   "o_proj", "gate_up",
         "silu_mul", "down", "moe_router", "moe_experts",  "moe_combine", "lm_head"};
     ForwardProfile p;
     for (size_t i = 0; i < size_t(Op::count); ++i) {

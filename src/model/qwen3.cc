@@ -50,7 +50,7 @@ Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
                       hd,
                       /*ldq=*/config_.q_dim() + 2 * config_.kv_dim(),
                       /*ldo=*/config_.q_dim(),
-                      kv_.head_stride(),
+                      kv_.row_stride(),
                       1.0f / std::sqrt(float(hd))};
   plan_activations();
 
@@ -91,6 +91,8 @@ void Qwen3Model::plan_activations() {
     carve(act_.xn, T * H);
     carve(act_.xb, T * std::max({H, Q, F, FE}));
     carve(act_.qkv, T * W);
+    carve(act_.rope_cos, T * size_t(c.head_dim / 2));
+    carve(act_.rope_sin, T * size_t(c.head_dim / 2));
     carve(act_.attn, T * Q);
     carve(act_.gate_up, T * 2 * F);
     carve(act_.act, T * F);
@@ -138,12 +140,22 @@ void Qwen3Model::forward(std::span<const BatchToken> tokens, float* logits) {
   const int64_t n = int64_t(tokens.size()), H = config_.hidden_size;
   if (n == 0) return;
   for (const BatchToken& t : tokens) kv_.note_written(t.slot, t.position + 1);
+  profiler_.time(Op::kv_commit, 0, 0, [&] {
+    for (int64_t t = 0; t < n; ++t)  // the last token of each run of one slot
+      if (t + 1 == n || tokens[t + 1].slot != tokens[t].slot)
+        kv_.commit(tokens[t].slot, tokens[t].position + 1, team_);
+  });
 
   // x = embed_tokens(input_ids)                                   x: [n][H]
+  // and each token's RoPE angles, once for all layers               cos, sin: [n][head_dim / 2]
+  const int64_t half = config_.head_dim / 2;
   profiler_.time(Op::embed, 0, double(n * H * 2), [&] {
     rows(n, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t)
+      for (int64_t t = begin; t < end; ++t) {
         convert_bf16_to_f32(weights_.embedding + int64_t(tokens[t].token) * H, act_.x + t * H, H);
+        rope_angles(tokens[t].position, inv_freq_.data(), half, act_.rope_cos + t * half,
+                    act_.rope_sin + t * half);
+      }
     });
   });
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
@@ -184,23 +196,20 @@ void Qwen3Model::attention_block(int64_t layer, std::span<const BatchToken> toke
   // qkv = xb @ Wqkv^T                                              qkv: [n][Q + 2 KV]
   gemm(Op::qkv, act_.xb, n, H, L.qkv, act_.qkv, W, false);
 
-  // Per token: RMSNorm each q and k head over head_dim, rotate, write k and v into the cache.
+  // Per token: q = rope(q_norm(q)) in place; k = rope(k_norm(k)) and v straight into the cache.
   profiler_.time(Op::qk_norm_rope, 0, 0, [&] {
     rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         float* q = act_.qkv + t * W;  // [n_heads][hd]
         float* k = q + Q;             // [n_kv_heads][hd]
         float* v = k + KV;            // [n_kv_heads][hd]
-        rmsnorm(q, c.num_attention_heads, hd, hd, L.q_norm.get(), eps, q, hd);
-        rmsnorm(k, c.num_key_value_heads, hd, hd, L.k_norm.get(), eps, k, hd);
-        rope(q, c.num_attention_heads, hd, tokens[t].position, inv_freq_.data());
-        rope(k, c.num_key_value_heads, hd, tokens[t].position, inv_freq_.data());
-        float* k_cache = kv_.k(layer, tokens[t].slot) + tokens[t].position * hd;
-        float* v_cache = kv_.v(layer, tokens[t].slot) + tokens[t].position * hd;
-        for (int64_t h = 0; h < c.num_key_value_heads; ++h) {
-          std::memcpy(k_cache + h * kv_.head_stride(), k + h * hd, size_t(hd) * sizeof(float));
-          std::memcpy(v_cache + h * kv_.head_stride(), v + h * hd, size_t(hd) * sizeof(float));
-        }
+        const float* cos = act_.rope_cos + t * (hd / 2);
+        const float* sin = act_.rope_sin + t * (hd / 2);
+        float* k_cache = kv_.k(layer, tokens[t].slot) + tokens[t].position * KV;  // [n_kv_heads][hd]
+        float* v_cache = kv_.v(layer, tokens[t].slot) + tokens[t].position * KV;
+        norm_rope(q, c.num_attention_heads, hd, L.q_norm.get(), eps, cos, sin, q, hd);
+        norm_rope(k, c.num_key_value_heads, hd, L.k_norm.get(), eps, cos, sin, k_cache, hd);
+        std::memcpy(v_cache, v, size_t(KV) * sizeof(float));
       }
     });
   });

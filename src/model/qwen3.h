@@ -27,6 +27,8 @@ struct Activations {
   float* xn;             // [T][hidden]  normed rows (FP32, the router's input)
   bf16* xb;              // [T][max(hidden, q_dim, ffn)]  BF16 input of the next GEMM
   float* qkv;            // [T][q_dim + 2 kv_dim]
+  float* rope_cos;       // [T][head_dim / 2]  per token, shared by all layers
+  float* rope_sin;       // [T][head_dim / 2]
   float* attn;           // [T][q_dim]
   float* gate_up;        // [T][2 ffn]
   float* act;            // [T][ffn]

@@ -26,13 +26,13 @@ struct Problem {
     max_positions = 0;
     for (auto& sp : specs) max_positions = std::max(max_positions, sp.n_q + sp.q_start);
     int64_t width = n_heads * head_dim;
-    shape = {n_heads, n_kv_heads, head_dim, width + 3, width + 1, (max_positions + 2) * head_dim,
+    shape = {n_heads, n_kv_heads, head_dim, width + 3, width + 1, n_kv_heads * head_dim + 5,
              1.0f / std::sqrt(float(head_dim))};
     uint32_t seed = 100;
     for (auto& sp : specs) {
       q.push_back(random_floats(std::max<int64_t>(sp.n_q, 1) * shape.ldq, seed++, -2, 2));
-      k.push_back(random_floats(n_kv_heads * shape.kv_head_stride, seed++, -2, 2));
-      v.push_back(random_floats(n_kv_heads * shape.kv_head_stride, seed++));
+      k.push_back(random_floats(max_positions * shape.kv_row_stride, seed++, -2, 2));
+      v.push_back(random_floats(max_positions * shape.kv_row_stride, seed++));
       out.emplace_back(std::max<int64_t>(sp.n_q, 1) * shape.ldo, -7.0f);
     }
     for (size_t i = 0; i < specs.size(); ++i)
@@ -48,7 +48,7 @@ struct Problem {
     std::vector<double> scores(pos + 1), o(hd, 0);
     double max = -1e300, sum = 0;
     for (int64_t p = 0; p <= pos; ++p) {
-      const float* kp = k[s].data() + kvh * shape.kv_head_stride + p * hd;
+      const float* kp = k[s].data() + p * shape.kv_row_stride + kvh * hd;
       double dot = 0;
       for (int64_t d = 0; d < hd; ++d) dot += double(qi[d]) * kp[d];
       scores[p] = dot * shape.scale;
@@ -57,7 +57,7 @@ struct Problem {
     for (int64_t p = 0; p <= pos; ++p) {
       double w = std::exp(scores[p] - max);
       sum += w;
-      const float* vp = v[s].data() + kvh * shape.kv_head_stride + p * hd;
+      const float* vp = v[s].data() + p * shape.kv_row_stride + kvh * hd;
       for (int64_t d = 0; d < hd; ++d) o[d] += w * vp[d];
     }
     for (auto& x : o) x /= sum;

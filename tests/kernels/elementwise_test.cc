@@ -93,28 +93,47 @@ TEST(Elementwise, RmsnormMatchesScalar) {
   }
 }
 
-TEST(Elementwise, RopeMatchesScalar) {
-  for (int64_t head_dim : {2, 8, 64, 128}) {
-    std::vector<float> inv_freq(head_dim / 2);
-    for (int64_t i = 0; i < head_dim / 2; ++i)
-      inv_freq[i] = std::pow(1e6f, -2.0f * i / head_dim);
+TEST(Elementwise, NormRopeMatchesScalar) {
+  for (int64_t head_dim : {2, 8, 20, 64, 128}) {
+    int64_t half = head_dim / 2, heads = 3;
+    std::vector<float> inv_freq(half), cos(half), sin(half);
+    for (int64_t i = 0; i < half; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / head_dim);
+    auto weight = random_floats(head_dim, 9, 0.5f, 1.5f);
     for (int64_t pos : {0, 1, 37, 40000}) {
-      int64_t heads = 3;
+      rope_angles(pos, inv_freq.data(), half, cos.data(), sin.data());
       auto x = random_floats(heads * head_dim, 5);
-      auto want = x;
+      std::vector<float> normed(x.size());
       {
         IsaScope s(Isa::scalar);
-        rope(want.data(), heads, head_dim, pos, inv_freq.data());
+        rmsnorm(x.data(), heads, head_dim, head_dim, weight.data(), 1e-6f, normed.data(), head_dim);
       }
-      // Rotation keeps each pair's length.
-      float a = x[0], b = x[head_dim / 2];
-      EXPECT_NEAR(want[0] * want[0] + want[head_dim / 2] * want[head_dim / 2], a * a + b * b, 1e-5);
-      if (pos == 0) expect_close(want, x, 0, "rope at 0 is identity");
+      // Into a strided output (as into the KV cache), and in place.
+      const int64_t ldo = head_dim + 5;
+      std::vector<float> want(heads * ldo, -7.0f);
+      {
+        IsaScope s(Isa::scalar);
+        norm_rope(x.data(), heads, head_dim, weight.data(), 1e-6f, cos.data(), sin.data(), want.data(), ldo);
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* n = normed.data() + h * head_dim;
+        const float* w = want.data() + h * ldo;
+        // Rotation keeps each pair's length; at position 0 it is the identity.
+        EXPECT_NEAR(w[0] * w[0] + w[half] * w[half], n[0] * n[0] + n[half] * n[half], 1e-4);
+        if (pos == 0)
+          for (int64_t i = 0; i < head_dim; ++i) EXPECT_NEAR(w[i], n[i], 1e-6f) << i;
+        EXPECT_EQ(w[head_dim], -7.0f) << "wrote past the head";
+      }
       for (Isa isa : optimised_isas()) {
         IsaScope s(isa);
-        auto got = x;
-        rope(got.data(), heads, head_dim, pos, inv_freq.data());
-        expect_close(got, want, 1e-5f, std::string("rope ") + isa_name(isa));
+        std::vector<float> got(heads * ldo, -7.0f);
+        norm_rope(x.data(), heads, head_dim, weight.data(), 1e-6f, cos.data(), sin.data(), got.data(), ldo);
+        expect_close(got, want, 1e-5f, std::string("norm_rope ") + isa_name(isa));
+        auto inplace = x;
+        norm_rope(inplace.data(), heads, head_dim, weight.data(), 1e-6f, cos.data(), sin.data(),
+                  inplace.data(), head_dim);
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t i = 0; i < head_dim; ++i)
+            ASSERT_NEAR(inplace[h * head_dim + i], want[h * ldo + i], 1e-5f) << isa_name(isa);
       }
     }
   }

@@ -12,6 +12,7 @@ namespace ellm {
 namespace {
 
 constexpr int64_t kMillion = 1 << 20;
+constexpr size_t kHuge = VirtualRegion::kHugePage;  // a slot's range commits in these at most
 
 // Writes K and V of positions [begin, end) of a slot in every layer and head.
 void write_positions(KvCache& kv, int64_t layers, int64_t slot, int64_t heads, int64_t head_dim,
@@ -20,8 +21,8 @@ void write_positions(KvCache& kv, int64_t layers, int64_t slot, int64_t heads, i
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t p = begin; p < end; ++p)
         for (int64_t d = 0; d < head_dim; ++d) {
-          kv.k(l, slot)[h * kv.head_stride() + p * head_dim + d] = value + float(p);
-          kv.v(l, slot)[h * kv.head_stride() + p * head_dim + d] = -value - float(p);
+          kv.k(l, slot)[p * kv.row_stride() + h * head_dim + d] = value + float(p);
+          kv.v(l, slot)[p * kv.row_stride() + h * head_dim + d] = -value - float(p);
         }
   kv.note_written(slot, end);
 }
@@ -38,39 +39,65 @@ TEST(KvCache, MillionTokenReservationForQwen3_0_6BCommitsOnlyWhatIsWritten) {
   write_positions(kv, 28, 0, 8, 128, 0, 1000, 1.0f);
   const size_t written = 1000 * kv.bytes_per_token();
   EXPECT_GE(kv.resident_bytes(), written);
-  EXPECT_LE(kv.resident_bytes(), written + 28 * 2 * 8 * size_t(sysconf(_SC_PAGESIZE)));
-  EXPECT_LT(process_resident_bytes(), rss_before + 2 * written);
+  EXPECT_LE(kv.resident_bytes(), written + 28 * 2 * kHuge);
+  EXPECT_LT(process_resident_bytes(), rss_before + written + 28 * 2 * kHuge + (64 << 20));
 
   // The far end of the sequence works too, and costs only its own pages.
+  const size_t rss_near = process_resident_bytes();
   write_positions(kv, 1, 0, 1, 128, kMillion - 8, kMillion, 5.0f);
-  EXPECT_EQ(kv.k(0, 0)[(kMillion - 1) * 128], 5.0f + float(kMillion - 1));
+  EXPECT_EQ(kv.k(0, 0)[(kMillion - 1) * kv.row_stride()], 5.0f + float(kMillion - 1));
+  EXPECT_LE(process_resident_bytes(), rss_near + 2 * kHuge + (16 << 20));
 
   const size_t rss_full = process_resident_bytes();
   kv.release(0, 0);
   EXPECT_EQ(kv.resident_bytes(), 0u);
   EXPECT_LT(process_resident_bytes(), rss_full - written / 2);
-  EXPECT_EQ(kv.k(3, 0)[5 * 128], 0.0f);  // released pages read as zero
+  EXPECT_EQ(kv.k(3, 0)[5 * kv.row_stride()], 0.0f);  // released pages read as zero
 }
 
-TEST(KvCache, LayoutIsSlotHeadPositionContiguousAndReleaseKeepsThePrefix) {
+TEST(KvCache, LayoutIsSlotPositionHeadContiguousAndReleaseKeepsThePrefix) {
   const int64_t layers = 2, slots = 3, heads = 2, positions = 4096, hd = 64;
   KvCache kv(layers, slots, heads, positions, hd);
-  EXPECT_EQ(kv.head_stride(), positions * hd);
-  EXPECT_EQ(kv.v(0, 0), kv.k(0, 0) + slots * heads * positions * hd);
-  EXPECT_EQ(kv.k(0, 1), kv.k(0, 0) + heads * positions * hd);
+  EXPECT_EQ(kv.row_stride(), heads * hd);
+  // A slot's range is whole huge pages: 4096 positions x 512 B = 2 MiB here.
+  const int64_t slot_floats = int64_t(kHuge / sizeof(float));
+  EXPECT_EQ(kv.k(0, 1), kv.k(0, 0) + slot_floats);
+  EXPECT_EQ(kv.v(0, 0), kv.k(0, 0) + slots * slot_floats);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(kv.k(1, 0)) % kHuge, 0u);
   write_positions(kv, layers, 1, heads, hd, 0, 300, 10.0f);
   EXPECT_EQ(kv.k(1, 0)[0], 0.0f);  // other slots untouched
   EXPECT_EQ(kv.k(1, 2)[0], 0.0f);
 
   kv.release(1, 100);  // keep positions [0, 100)
   for (int64_t p = 0; p < 100; ++p) {
-    EXPECT_EQ(kv.k(1, 1)[kv.head_stride() + p * hd + 3], 10.0f + float(p));
-    EXPECT_EQ(kv.v(0, 1)[p * hd], -10.0f - float(p));
+    EXPECT_EQ(kv.k(1, 1)[p * kv.row_stride() + hd + 3], 10.0f + float(p));
+    EXPECT_EQ(kv.v(0, 1)[p * kv.row_stride()], -10.0f - float(p));
   }
-  // Whole pages past the cut are gone: 64 floats = 256 B per position, 16 positions a page.
-  EXPECT_EQ(kv.k(0, 1)[112 * hd], 0.0f);
-  EXPECT_EQ(kv.v(1, 1)[kv.head_stride() + 299 * hd], 0.0f);
-  EXPECT_LE(kv.resident_bytes(), size_t(layers * 2 * heads) * 112 * hd * 4);
+  // Whole pages past the cut are gone: 128 floats = 512 B per position, 8 positions a page.
+  EXPECT_EQ(kv.k(0, 1)[104 * kv.row_stride()], 0.0f);
+  EXPECT_EQ(kv.v(1, 1)[299 * kv.row_stride() + hd], 0.0f);
+  EXPECT_LE(kv.resident_bytes(), size_t(layers * 2) * kHuge);
+}
+
+TEST(KvCache, CommitMakesPositionsResidentAndIsIdempotent) {
+  const int64_t layers = 3, slots = 2, heads = 2, positions = 100000, hd = 32;
+  KvCache kv(layers, slots, heads, positions, hd);
+  ThreadTeam team(2);
+  kv.commit(1, 10, team);
+  kv.note_written(1, 10);
+  // At least the positions asked for, in every layer's K and V; at most a huge page each.
+  const size_t asked = 10 * kv.bytes_per_token();
+  EXPECT_GE(kv.resident_bytes(), asked);
+  EXPECT_LE(kv.resident_bytes(), size_t(layers * 2) * kHuge);
+  const size_t resident = kv.resident_bytes();
+  kv.commit(1, 5, team);  // already committed: nothing changes
+  EXPECT_EQ(kv.resident_bytes(), resident);
+  EXPECT_EQ(kv.k(2, 1)[9 * kv.row_stride()], 0.0f);  // committed pages read as zero
+  kv.release(1, 0);
+  EXPECT_EQ(kv.resident_bytes(), 0u);
+  kv.commit(1, 10, team);  // a released range commits again
+  kv.note_written(1, 10);
+  EXPECT_GE(kv.resident_bytes(), asked);
 }
 
 TEST(KvCache, ModelWithMillionTokenSequenceStartsAndGrowsWithPositions) {
@@ -95,7 +122,7 @@ TEST(KvCache, ModelWithMillionTokenSequenceStartsAndGrowsWithPositions) {
   model->forward(batch, logits.data());
   size_t resident = model->kv_resident_bytes();
   EXPECT_GE(resident, 64 * model->kv_bytes_per_token());
-  EXPECT_LE(resident, 64 * model->kv_bytes_per_token() + 2 * 2 * 8 * 4096);
+  EXPECT_LE(resident, 2 * 2 * kHuge);  // 2 layers x K, V: within one huge page each
   for (float v : logits) ASSERT_TRUE(std::isfinite(v));
 
   model->release_kv(0, 0);
