@@ -6,12 +6,32 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include "base/cpu.h"
 
 namespace ellm {
 namespace {
 
 constexpr int kSpinIterations = 20000;
+// Contention check: time every kSampleEvery-th run; over kWindow samples, a caller that got
+// less than kMinCpuShare of the wall time means the cores are shared: run solo for kSoloRuns.
+constexpr int kSampleEvery = 8;
+constexpr int kWindow = 64;
+constexpr double kMinCpuShare = 0.75;
+constexpr int64_t kSoloRuns = 8192;
+
+double thread_cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+double wall_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 // Pins the calling thread to the index-th CPU of `allowed` (the creator's CPUs, read before
 // anything was pinned: a worker's own mask would already be narrowed by its creator's pin).
@@ -49,14 +69,14 @@ void futex_wake_all(std::atomic<T>& word) {
 
 }  // namespace
 
-ThreadTeam::ThreadTeam(int n_threads, bool pin) : n_(n_threads < 1 ? 1 : n_threads) {
+ThreadTeam::ThreadTeam(int n_threads, bool pin)
+    : n_(n_threads < 1 ? 1 : n_threads), claimed_(size_t(n_)) {
   pinned_ = pin && n_ > 1 && sched_getaffinity(0, sizeof(creator_cpus_), &creator_cpus_) == 0;
   for (int member = 1; member < n_; ++member)
     threads_.emplace_back([this, member] {
       if (pinned_) pin_to_cpu(member, creator_cpus_);
       worker_loop(member);
     });
-  if (pinned_) pin_to_cpu(0, creator_cpus_);
 }
 
 ThreadTeam::~ThreadTeam() {
@@ -64,8 +84,6 @@ ThreadTeam::~ThreadTeam() {
   generation_.fetch_add(1, std::memory_order_release);
   futex_wake_all(generation_);
   for (auto& t : threads_) t.join();
-  // Give the creating thread its CPUs back, so a later team can spread over all of them.
-  if (pinned_) sched_setaffinity(0, sizeof(creator_cpus_), &creator_cpus_);
 }
 
 void ThreadTeam::run_erased(Task task, void* ctx) {
@@ -73,12 +91,35 @@ void ThreadTeam::run_erased(Task task, void* ctx) {
     task(ctx, 0, 1);
     return;
   }
+  if (solo_runs_left_ > 0) {  // the machine is shared: every share here, the workers sleep
+    --solo_runs_left_;
+    for (int member = 0; member < n_; ++member) task(ctx, member, n_);
+    return;
+  }
+  if (++runs_ % kSampleEvery != 0) return run_team(task, ctx);
+  double wall = wall_seconds(), cpu = thread_cpu_seconds();
+  run_team(task, ctx);
+  note_timing(wall_seconds() - wall, thread_cpu_seconds() - cpu);
+}
+
+void ThreadTeam::note_timing(double wall, double cpu) {
+  sampled_wall_ += wall;
+  sampled_cpu_ += cpu;
+  if (++samples_ < kWindow) return;
+  if (sampled_cpu_ < kMinCpuShare * sampled_wall_) solo_runs_left_ = kSoloRuns;
+  samples_ = 0;
+  sampled_wall_ = sampled_cpu_ = 0;
+}
+
+void ThreadTeam::run_team(Task task, void* ctx) {
   task_ = task;
   ctx_ = ctx;
   pending_.store(n_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_seq_cst);
+  uint32_t generation = generation_.fetch_add(1, std::memory_order_seq_cst) + 1;
   if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(generation_);
   task(ctx, 0, n_);
+  for (int member = 1; member < n_; ++member)  // shares no worker has started yet
+    if (claim(member, generation)) run_share(member);
   for (int spin = 0; spin < kSpinIterations; ++spin) {
     if (pending_.load(std::memory_order_acquire) == 0) return;
     cpu_relax();
@@ -106,11 +147,26 @@ void ThreadTeam::worker_loop(int member) {
     }
     seen = now;
     if (stop_.load()) return;
-    task_(ctx_, member, n_);
-    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
-        main_sleeping_.load(std::memory_order_seq_cst))
-      futex_wake_all(pending_);
+    // The share may be taken already, and `now` may be a run that has ended since: claim()
+    // fails for both, and the next loop sees the newest generation.
+    if (claim(member, now)) run_share(member);
   }
+}
+
+bool ThreadTeam::claim(int member, uint32_t generation) {
+  uint32_t last = claimed_[member].load(std::memory_order_acquire);
+  // Generations only grow (modulo 2^32): claim when the last claim is older than this run.
+  while (int32_t(last - generation) < 0)
+    if (claimed_[member].compare_exchange_weak(last, generation, std::memory_order_acq_rel))
+      return true;
+  return false;
+}
+
+void ThreadTeam::run_share(int member) {
+  task_(ctx_, member, n_);
+  if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+      main_sleeping_.load(std::memory_order_seq_cst))
+    futex_wake_all(pending_);
 }
 
 }  // namespace ellm

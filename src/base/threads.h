@@ -1,8 +1,20 @@
 #pragma once
 // A persistent team of worker threads, one pinned per core. The calling thread is member 0, so
-// a team of n starts n-1 threads. run() is a fork-join: every member calls fn(member, n) and
-// run() returns when all have finished. Waiting spins briefly, then sleeps on a futex, so a
-// quiet machine gets microsecond hand-offs and a shared one is not burned by spinning.
+// a team of n starts n-1 threads. run() is a fork-join: fn(member, n) runs once for every member
+// share and run() returns when all shares have finished. Waiting spins briefly, then sleeps on a
+// futex, so a quiet machine gets microsecond hand-offs and a shared one is not burned by spinning.
+//
+// A share belongs to whichever thread claims it first: after its own share the caller runs every
+// share whose worker has not started yet. So a worker that another process has pushed off its
+// core costs the run its share's time, not the rest of a scheduler time slice (milliseconds).
+// fn must therefore depend on the member index, never on which thread runs it.
+//
+// When the machine is shared anyway (another process wants one of our cores), a team of n
+// threads fights it for the cores and every run waits for whichever member is off its core.
+// The team notices this from the caller's CPU time falling behind the wall time inside run():
+// it then runs solo for a while (the caller runs every share, the workers sleep), which leaves
+// a core to the other process and keeps one fully ours; then it tries the team again. Workers
+// are pinned one per core; the caller is not, so the OS can move it to the free core.
 #include <sched.h>
 
 #include <atomic>
@@ -31,6 +43,10 @@ class ThreadTeam {
   using Task = void (*)(void*, int, int);
   void run_erased(Task task, void* ctx);
   void worker_loop(int member);
+  bool claim(int member, uint32_t generation);  // true for the first claim of a run's share
+  void run_share(int member);                   // runs a claimed share and reports it done
+  void run_team(Task task, void* ctx);
+  void note_timing(double wall, double cpu);    // contention check on a sampled run
 
   int n_;
   bool pinned_ = false;
@@ -43,6 +59,12 @@ class ThreadTeam {
   std::atomic<int> sleepers_{0};
   std::atomic<bool> main_sleeping_{false};
   std::atomic<bool> stop_{false};
+  std::vector<std::atomic<uint32_t>> claimed_;  // per member: the last generation claimed
+  // Contention check, touched by the caller only.
+  uint64_t runs_ = 0;
+  int samples_ = 0;
+  double sampled_wall_ = 0, sampled_cpu_ = 0;
+  int64_t solo_runs_left_ = 0;
 };
 
 // Splits [0, total) into n near-equal parts; returns member's [begin, end).

@@ -35,13 +35,19 @@ void transpose8(const float* src, int64_t lds, float* dst, int64_t ldd) {
   }
 }
 
-// kt[d][j] = k[j * ldk + d] for j < width, zero for width <= j < ldt.
+// kt[d][j] = k[j * ldk + d] for j < width, zero for width <= j < ldt; fetches the same rows of
+// the block after meanwhile (positions are pages apart: see attention_avx512.cc).
 void transpose_block(const float* k, int64_t ldk, int64_t width, int64_t head_dim, float* kt,
                      int64_t ldt) {
   int64_t full_j = width / 8 * 8;
+  const float* next = k + width * ldk;
   for (int64_t j = 0; j < full_j; j += 8)
-    for (int64_t d = 0; d < head_dim; d += 8)
+    for (int64_t d = 0; d < head_dim; d += 8) {
+      if (d % 16 == 0)
+        for (int64_t r = 0; r < 8; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(next + (j + r) * ldk + d), _MM_HINT_T0);
       transpose8(k + j * ldk + d, ldk, kt + d * ldt + j, ldt);
+    }
   for (int64_t d = 0; d < head_dim; ++d) {
     for (int64_t j = full_j; j < width; ++j) kt[d * ldt + j] = k[j * ldk + d];
     for (int64_t j = width; j < ldt; ++j) kt[d * ldt + j] = 0.0f;
@@ -107,7 +113,8 @@ float softmax_row(float* s, int64_t visible, int64_t ldt, float& m, float& l) {
 // acc_i = acc_i * correction_i + p_i . v[0:count] for kRows rows, 16 dimensions at a time (8 at
 // the end); rows with a null acc are computed but not stored.
 void accumulate(float* const* acc, const float* correction, const float* p, int64_t ldp,
-                const float* v, int64_t ldv, int64_t count, int64_t head_dim) {
+                const float* v, int64_t ldv, int64_t count, int64_t head_dim,
+                const float* next_v) {
   for (int64_t d0 = 0; d0 < head_dim; d0 += 16) {
     int lanes = head_dim - d0 >= 16 ? 2 : 1;
     __m256 a[kRows][2];
@@ -120,6 +127,7 @@ void accumulate(float* const* acc, const float* correction, const float* p, int6
     }
     for (int64_t j = 0; j < count; ++j) {
       const float* vj = v + j * ldv + d0;
+      if (next_v) _mm_prefetch(reinterpret_cast<const char*>(next_v + j * ldv + d0), _MM_HINT_T0);
       __m256 v0 = _mm256_loadu_ps(vj);
       __m256 v1 = lanes == 2 ? _mm256_loadu_ps(vj + 8) : _mm256_setzero_ps();
 #pragma GCC unroll 4
@@ -169,7 +177,8 @@ void sub_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t
       int64_t visible = std::min(p1, first_end + r / group) - p0;
       correction[i] = softmax_row(s + i * ldt, visible, tile_width, m[r], l[r]);
     }
-    accumulate(acc_rows, correction, s, ldt, v + p0 * ldkv, ldkv, tile_visible, head_dim);
+    accumulate(acc_rows, correction, s, ldt, v + p0 * ldkv, ldkv, tile_visible, head_dim,
+               r0 == 0 ? v + p1 * ldkv : nullptr);
   }
 }
 

@@ -2,7 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "base/cpu.h"
@@ -59,17 +65,85 @@ TEST(Cpu, ActiveIsaIsSupported) {
 
 namespace ellm {
 
-// A team pins its creator; once it is gone, the next team must still spread over every CPU
-// (it once inherited the creator's single-CPU mask and ran all members on one core).
-TEST(ThreadTeam, LaterTeamSpreadsOverAllCpus) {
+// Workers are pinned one per CPU of the creator's mask and the creator keeps its whole mask, so
+// a later team spreads over every CPU again (a team once pinned its creator to one CPU, and the
+// next team inherited that mask and ran all its members on one core).
+TEST(ThreadTeam, WorkersArePinnedAndTheCallerKeepsAllItsCpus) {
   cpu_set_t allowed;
   ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
   if (CPU_COUNT(&allowed) < 2) GTEST_SKIP() << "needs two CPUs";
   { ThreadTeam first(2); first.run([](int, int) {}); }
   ThreadTeam second(2);
-  std::vector<int> cpu(2, -1);
-  second.run([&](int member, int) { cpu[member] = sched_getcpu(); });
-  EXPECT_NE(cpu[0], cpu[1]);
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  EXPECT_EQ(CPU_COUNT(&mine), CPU_COUNT(&allowed));
+  // The caller may run a worker's share itself (when the worker has not started it yet), so
+  // run until the worker has run one, and look at its mask from there.
+  const std::thread::id caller = std::this_thread::get_id();
+  int worker_cpus = -1, worker_cpu = -1;
+  for (int round = 0; round < 2000 && worker_cpus < 0; ++round)
+    second.run([&](int, int) {
+      for (volatile int spin = 0; spin < 20000; ++spin) {
+      }
+      if (std::this_thread::get_id() == caller) return;
+      cpu_set_t set;
+      sched_getaffinity(0, sizeof(set), &set);
+      worker_cpus = CPU_COUNT(&set);
+      worker_cpu = sched_getcpu();
+    });
+  ASSERT_GE(worker_cpus, 0) << "the worker never ran a share";
+  EXPECT_EQ(worker_cpus, 1);
+  EXPECT_TRUE(CPU_ISSET(worker_cpu, &allowed));
+}
+
+// A worker that cannot run (here: stuck in a signal handler, as if another process held its
+// core) does not hold up run(): the caller runs its shares, each exactly once.
+std::atomic<bool> g_release_worker{false};
+void hold_worker(int) {
+  while (!g_release_worker.load()) {
+    timespec pause{0, 1000000};
+    nanosleep(&pause, nullptr);
+  }
+}
+
+TEST(ThreadTeam, CallerRunsTheSharesOfAStalledWorker) {
+  ThreadTeam team(2, /*pin=*/false);
+  const std::thread::id caller = std::this_thread::get_id();
+  pthread_t worker{};
+  bool found = false;
+  for (int round = 0; round < 2000 && !found; ++round)
+    team.run([&](int, int) {
+      for (volatile int spin = 0; spin < 20000; ++spin) {
+      }
+      if (std::this_thread::get_id() != caller) worker = pthread_self(), found = true;
+    });
+  ASSERT_TRUE(found) << "the worker never ran a share";
+
+  struct sigaction action {}, previous{};
+  action.sa_handler = hold_worker;
+  ASSERT_EQ(sigaction(SIGUSR1, &action, &previous), 0);
+  g_release_worker = false;
+  ASSERT_EQ(pthread_kill(worker, SIGUSR1), 0);
+  timespec settle{0, 20000000};
+  nanosleep(&settle, nullptr);  // the worker is now inside hold_worker
+
+  std::vector<std::atomic<int>> hits(2);
+  auto start = std::chrono::steady_clock::now();
+  for (int round = 0; round < 200; ++round)
+    team.run([&](int member, int n) {
+      ASSERT_EQ(n, 2);
+      hits[member].fetch_add(1);
+    });
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(hits[0].load(), 200);
+  EXPECT_EQ(hits[1].load(), 200);
+  EXPECT_LT(seconds, 5.0);  // without stealing, the first run would wait forever
+
+  g_release_worker = true;  // the worker comes back, finds its shares taken, and keeps working
+  for (int round = 0; round < 200; ++round) team.run([&](int member, int) { hits[member].fetch_add(1); });
+  EXPECT_EQ(hits[0].load(), 400);
+  EXPECT_EQ(hits[1].load(), 400);
+  sigaction(SIGUSR1, &previous, nullptr);
 }
 
 }  // namespace ellm
