@@ -24,7 +24,7 @@ namespace {
 constexpr int kThreads = 2;
 
 ThreadTeam& team() {
-  static ThreadTeam t(kThreads);
+  static ThreadTeam t(kThreads, /*pin=*/true, /*adaptive=*/false);
   return t;
 }
 

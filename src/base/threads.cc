@@ -69,8 +69,8 @@ void futex_wake_all(std::atomic<T>& word) {
 
 }  // namespace
 
-ThreadTeam::ThreadTeam(int n_threads, bool pin)
-    : n_(n_threads < 1 ? 1 : n_threads), claimed_(size_t(n_)) {
+ThreadTeam::ThreadTeam(int n_threads, bool pin, bool adaptive)
+    : n_(n_threads < 1 ? 1 : n_threads), adaptive_(adaptive), claimed_(size_t(n_)) {
   pinned_ = pin && n_ > 1 && sched_getaffinity(0, sizeof(creator_cpus_), &creator_cpus_) == 0;
   for (int member = 1; member < n_; ++member)
     threads_.emplace_back([this, member] {
@@ -96,7 +96,7 @@ void ThreadTeam::run_erased(Task task, void* ctx) {
     for (int member = 0; member < n_; ++member) task(ctx, member, n_);
     return;
   }
-  if (++runs_ % kSampleEvery != 0) return run_team(task, ctx);
+  if (!adaptive_ || ++runs_ % kSampleEvery != 0) return run_team(task, ctx);
   double wall = wall_seconds(), cpu = thread_cpu_seconds();
   run_team(task, ctx);
   note_timing(wall_seconds() - wall, thread_cpu_seconds() - cpu);

@@ -26,7 +26,8 @@ namespace ellm {
 
 class ThreadTeam {
  public:
-  explicit ThreadTeam(int n_threads, bool pin = true);
+  // adaptive = false keeps the whole team on every run (kernel benchmarks measure the kernels).
+  explicit ThreadTeam(int n_threads, bool pin = true, bool adaptive = true);
   ~ThreadTeam();
   ThreadTeam(const ThreadTeam&) = delete;
   ThreadTeam& operator=(const ThreadTeam&) = delete;
@@ -49,6 +50,7 @@ class ThreadTeam {
   void note_timing(double wall, double cpu);    // contention check on a sampled run
 
   int n_;
+  bool adaptive_ = true;
   bool pinned_ = false;
   cpu_set_t creator_cpus_{};
   std::vector<std::thread> threads_;

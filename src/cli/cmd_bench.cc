@@ -246,7 +246,7 @@ int cmd_bench(int argc, char** argv) {
 
   json machine;
   {
-    ThreadTeam team(threads);
+    ThreadTeam team(threads, /*pin=*/true, /*adaptive=*/false);
     machine = {{"kind", "machine"},
                {"isa", isa_name(active_isa())},
                {"threads", threads},

@@ -8,6 +8,11 @@
 // every member busy (decode of few sequences), single-tile sequences are also split along
 // positions into chunks; each chunk leaves a partial (max, sum, unnormalised output) and the
 // member that finishes last merges them.
+//
+// A sequence whose queries x all heads fit one tile (decode) is one item per chunk over every KV
+// head: block by block, all heads in turn. The cache is position-major, so a block of positions
+// is one run of memory read front to back, which the hardware prefetchers follow; one head at a
+// time would read 512 bytes of every 4 KiB page and leave them guessing.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -32,7 +37,8 @@ struct Plan {
   int64_t max_rows;       // tile_queries * group
   int64_t work_floats;    // per-member scratch
   int64_t partial_floats; // one partial: m, l, acc for max_rows rows
-  int64_t chunk_cap;      // most chunks per split sequence
+  int64_t chunk_cap;      // most chunks per split sequence (per KV head)
+  int64_t whole_chunk_cap;  // most chunks of a whole-sequence item
 };
 
 Plan make_plan(const AttentionShape& s, int n_members) {
@@ -46,19 +52,28 @@ Plan make_plan(const AttentionShape& s, int n_members) {
   p.work_floats = (work + 15) / 16 * 16;
   p.partial_floats = (p.max_rows * (s.head_dim + 2) + 15) / 16 * 16;
   p.chunk_cap = std::min<int64_t>(kMaxChunks, (4 * n_members + s.n_kv_heads - 1) / s.n_kv_heads);
+  p.whole_chunk_cap = std::min<int64_t>(kMaxChunks, 4 * n_members);
   return p;
 }
 
 struct Item {
   int64_t seq, kv_head, q0, q1, p0, p1;
+  int64_t heads;    // KV heads from kv_head on: 1, or all of them for a whole-sequence item
   int64_t partial;  // index of its partial slot, or -1 when the item writes `out` directly
 };
 
+// True when all queries x all heads of the sequence fit one tile: one item covers every head.
+bool whole_sequence(const AttentionSeq& seq, const AttentionShape& shape, const Plan& plan) {
+  return seq.n_q > 0 && seq.n_q * shape.n_heads <= plan.max_rows;
+}
+
 // Chunks sequence `seq` is split into (1 = not split).
-int64_t chunks_of(const AttentionSeq& seq, const Plan& plan, bool splitting) {
+int64_t chunks_of(const AttentionSeq& seq, const AttentionShape& shape, const Plan& plan,
+                  bool splitting) {
   if (!splitting || seq.n_q == 0 || seq.n_q > plan.tile_queries) return 1;
   int64_t context = seq.q_start + seq.n_q;
-  return std::clamp<int64_t>(context / kMinChunk, 1, plan.chunk_cap);
+  int64_t cap = whole_sequence(seq, shape, plan) ? plan.whole_chunk_cap : plan.chunk_cap;
+  return std::clamp<int64_t>(context / kMinChunk, 1, cap);
 }
 
 bool splitting_enabled(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& shape,
@@ -66,7 +81,9 @@ bool splitting_enabled(const AttentionSeq* seqs, int64_t n_seqs, const Attention
   if (n_members == 1) return false;
   int64_t items = 0;
   for (int64_t i = 0; i < n_seqs; ++i)
-    items += (seqs[i].n_q + plan.tile_queries - 1) / plan.tile_queries * shape.n_kv_heads;
+    items += whole_sequence(seqs[i], shape, plan)
+                 ? 1
+                 : (seqs[i].n_q + plan.tile_queries - 1) / plan.tile_queries * shape.n_kv_heads;
   return items < 4 * n_members;
 }
 
@@ -77,25 +94,39 @@ void for_each_item(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShap
   int64_t partial = 0;
   for (int64_t s = 0; s < n_seqs; ++s) {
     const AttentionSeq& seq = seqs[s];
-    int64_t chunks = chunks_of(seq, plan, splitting);
+    int64_t chunks = chunks_of(seq, shape, plan, splitting);
+    if (whole_sequence(seq, shape, plan)) {
+      int64_t end = seq.q_start + seq.n_q;
+      for (int64_t c = 0; c < chunks; ++c)
+        fn(Item{s, 0, 0, seq.n_q, end * c / chunks, end * (c + 1) / chunks, shape.n_kv_heads,
+                chunks > 1 ? partial++ : -1});
+      continue;
+    }
     for (int64_t h = 0; h < shape.n_kv_heads; ++h)
       for (int64_t q0 = 0; q0 < seq.n_q; q0 += plan.tile_queries) {
         int64_t q1 = std::min(seq.n_q, q0 + plan.tile_queries);
         int64_t end = seq.q_start + q1;
         for (int64_t c = 0; c < chunks; ++c) {
           int64_t p0 = end * c / chunks, p1 = end * (c + 1) / chunks;
-          fn(Item{s, h, q0, q1, p0, p1, chunks > 1 ? partial++ : -1});
+          fn(Item{s, h, q0, q1, p0, p1, 1, chunks > 1 ? partial++ : -1});
         }
       }
   }
 }
 
-int64_t item_cost(const Item& it) { return (it.q1 - it.q0) * (it.p1 - it.p0 + 32); }
+int64_t item_cost(const Item& it) { return it.heads * (it.q1 - it.q0) * (it.p1 - it.p0 + 32); }
+
+// Row r of an item (head-major: r = head_in_item * rows_per_head + row) in the output.
+float* out_row(const Item& it, const AttentionSeq& seq, const AttentionShape& shape, int64_t group,
+               int64_t r) {
+  int64_t per_head = (it.q1 - it.q0) * group, h = it.kv_head + r / per_head, row = r % per_head;
+  return seq.out + (it.q0 + row / group) * shape.ldo + (h * group + row % group) * shape.head_dim;
+}
 
 void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& shape,
               const Plan& plan, BlockFn block, float* work, float* partials) {
   int64_t hd = shape.head_dim, group = plan.group;
-  int64_t rows = (it.q1 - it.q0) * group;
+  int64_t per_head = (it.q1 - it.q0) * group, rows = it.heads * per_head;
   float* m = work;
   float* l = m + plan.max_rows;
   float* acc = l + plan.max_rows;
@@ -104,13 +135,15 @@ void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& sha
   std::fill(l, l + rows, 0.0f);
   std::fill(acc, acc + rows * hd, 0.0f);
 
-  const float* q = seq.q + it.q0 * shape.ldq + it.kv_head * group * hd;
-  const float* k = seq.k + it.kv_head * hd;
-  const float* v = seq.v + it.kv_head * hd;
   int64_t first_end = seq.q_start + it.q0 + 1;
   for (int64_t p = it.p0; p < it.p1; p += kBlockPositions)
-    block(q, shape.ldq, group, rows, first_end, k, v, shape.kv_row_stride, p,
-          std::min(p + kBlockPositions, it.p1), hd, shape.scale, m, l, acc, s);
+    for (int64_t i = 0; i < it.heads; ++i) {
+      int64_t h = it.kv_head + i;
+      const float* q = seq.q + it.q0 * shape.ldq + h * group * hd;
+      block(q, shape.ldq, group, per_head, first_end, seq.k + h * hd, seq.v + h * hd,
+            shape.kv_row_stride, p, std::min(p + kBlockPositions, it.p1), hd, shape.scale,
+            m + i * per_head, l + i * per_head, acc + i * per_head * hd, s);
+    }
 
   if (it.partial >= 0) {
     float* dst = partials + it.partial * plan.partial_floats;
@@ -120,7 +153,7 @@ void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& sha
     return;
   }
   for (int64_t r = 0; r < rows; ++r) {
-    float* o = seq.out + (it.q0 + r / group) * shape.ldo + (it.kv_head * group + r % group) * hd;
+    float* o = out_row(it, seq, shape, group, r);
     float inv = 1.0f / l[r];
     for (int64_t d = 0; d < hd; ++d) o[d] = acc[r * hd + d] * inv;
   }
@@ -132,15 +165,19 @@ void merge_partials(const AttentionSeq* seqs, int64_t n_seqs, const AttentionSha
   int64_t hd = shape.head_dim, group = plan.group, first = 0;
   for (int64_t s = 0; s < n_seqs; ++s) {
     const AttentionSeq& seq = seqs[s];
-    int64_t chunks = chunks_of(seq, plan, true);
+    int64_t chunks = chunks_of(seq, shape, plan, true);
     if (chunks == 1) continue;
-    int64_t rows = seq.n_q * group;
-    for (int64_t h = 0; h < shape.n_kv_heads; ++h, first += chunks) {
+    // Chunks of one item shape: all heads at once, or one KV head at a time.
+    bool whole = whole_sequence(seq, shape, plan);
+    int64_t heads = whole ? shape.n_kv_heads : 1;
+    int64_t rows = heads * seq.n_q * group;
+    for (int64_t h = 0; h < shape.n_kv_heads; h += heads, first += chunks) {
+      Item it{s, h, 0, seq.n_q, 0, 0, heads, -1};
       for (int64_t r = 0; r < rows; ++r) {
         float max = -INFINITY;
         for (int64_t c = 0; c < chunks; ++c)
           max = std::max(max, partials[(first + c) * plan.partial_floats + r]);
-        float* o = seq.out + (r / group) * shape.ldo + (h * group + r % group) * hd;
+        float* o = out_row(it, seq, shape, group, r);
         std::fill(o, o + hd, 0.0f);
         float sum = 0;
         for (int64_t c = 0; c < chunks; ++c) {
@@ -172,8 +209,9 @@ BlockFn block_for(Isa isa) {
 size_t attention_scratch_floats(const AttentionShape& shape, int64_t max_tokens, int64_t max_seqs,
                                 int n_members) {
   Plan plan = make_plan(shape, n_members);
-  // Split sequences have one tile each, so at most max_seqs * n_kv_heads * chunk_cap partials.
-  int64_t partials = max_seqs * shape.n_kv_heads * plan.chunk_cap;
+  // Split sequences have one tile each, so at most max_seqs * n_kv_heads * chunk_cap partials
+  // (or whole_chunk_cap for a whole-sequence item).
+  int64_t partials = max_seqs * std::max(shape.n_kv_heads * plan.chunk_cap, plan.whole_chunk_cap);
   return size_t(kHeaderFloats + n_members * plan.work_floats + partials * plan.partial_floats);
 }
 

@@ -52,7 +52,7 @@ void transpose16(const float* src, int64_t lds, float* dst, int64_t ldd) {
 // row apart (all KV heads), so each row is a new 4 KiB page to the hardware prefetchers, which
 // stop at page boundaries: without this, decode attention waits on memory row by row.
 inline void prefetch_rows(const float* next, int64_t ld, int64_t rows) {
-  for (int64_t r = 0; r < rows; ++r) _mm_prefetch(reinterpret_cast<const char*>(next + r * ld), _MM_HINT_T0);
+  for (int64_t r = 0; r < rows; ++r) _mm_prefetch(reinterpret_cast<const char*>(next + r * ld), _MM_HINT_T1);
 }
 
 // kt[d][j] = k[j * ldk + d] for j < width, zero for width <= j < ldt; fetches the same rows of
@@ -145,7 +145,7 @@ void accumulate(float* const* acc, const float* correction, const float* p, int6
       const float* vj = v + j * ldv + d0;
       if (next_v)
         for (int64_t t = 0; t < 4 && d0 + 16 * t < head_dim; ++t)
-          _mm_prefetch(reinterpret_cast<const char*>(next_v + j * ldv + d0 + 16 * t), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(next_v + j * ldv + d0 + 16 * t), _MM_HINT_T1);
       __m512 vv[4];
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) vv[t] = _mm512_maskz_loadu_ps(mask[t], vj + 16 * t);

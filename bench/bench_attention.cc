@@ -1,0 +1,85 @@
+// Attention alone on the Qwen3-0.6B head shape (16 query heads, 8 KV heads, head_dim 128), over
+// a KV cache laid out as the model's ([position][kv_head][head_dim] FP32), 2 threads:
+//  - decode: one query per sequence against `context` cached positions; GB/s of K+V streamed
+//    (read it against `ellm bench`'s read bandwidth);
+//  - prefill: n queries of one sequence, causal; GFLOP/s.
+//
+//   bench_attention --benchmark_filter=decode
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "base/memory.h"
+#include "base/threads.h"
+#include "kernels/kernels.h"
+
+namespace ellm {
+namespace {
+
+constexpr int64_t kHeads = 16, kKvHeads = 8, kHeadDim = 128;
+
+ThreadTeam& team() {
+  static ThreadTeam t(2, /*pin=*/true, /*adaptive=*/false);
+  return t;
+}
+
+struct Setup {
+  AttentionShape shape{kHeads, kKvHeads, kHeadDim, kHeads * kHeadDim, kHeads * kHeadDim,
+                       kKvHeads * kHeadDim, 1.0f / std::sqrt(float(kHeadDim))};
+  Buffer<float> q, out, k, v, scratch;
+  std::vector<AttentionSeq> seqs;
+
+  // n_seqs sequences of n_q queries each, the queries at the end of `context` positions.
+  Setup(int64_t n_seqs, int64_t n_q, int64_t context) {
+    int64_t tokens = n_seqs * n_q, cache = context * shape.kv_row_stride;
+    q = make_buffer<float>(size_t(tokens * shape.ldq));
+    out = make_buffer<float>(size_t(tokens * shape.ldo));
+    k = make_buffer<float>(size_t(n_seqs * cache));
+    v = make_buffer<float>(size_t(n_seqs * cache));
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> dist(-1, 1);
+    for (int64_t i = 0; i < tokens * shape.ldq; ++i) q[i] = dist(rng);
+    for (int64_t i = 0; i < n_seqs * cache; ++i) k[i] = dist(rng), v[i] = dist(rng);
+    scratch = make_buffer<float>(attention_scratch_floats(shape, tokens, n_seqs, team().size()));
+    for (int64_t s = 0; s < n_seqs; ++s)
+      seqs.push_back({q.get() + s * n_q * shape.ldq, out.get() + s * n_q * shape.ldo, n_q,
+                      context - n_q, k.get() + s * cache, v.get() + s * cache});
+  }
+
+  void run() {
+    team().run([&](int member, int n) {
+      attention(seqs.data(), int64_t(seqs.size()), shape, scratch.get(), member, n);
+    });
+  }
+};
+
+void BM_decode(benchmark::State& state) {
+  int64_t batch = state.range(0), context = state.range(1);
+  Setup setup(batch, 1, context);
+  for (auto _ : state) setup.run();
+  double bytes = 2.0 * double(batch * context * setup.shape.kv_row_stride) * sizeof(float);
+  state.counters["GB/s"] = benchmark::Counter(bytes * double(state.iterations()) / 1e9,
+                                              benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_decode)
+    ->ArgsProduct({{1, 4}, {2048, 8192, 32768}})
+    ->ArgNames({"batch", "context"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+void BM_prefill(benchmark::State& state) {
+  int64_t n = state.range(0);
+  Setup setup(1, n, n);
+  for (auto _ : state) setup.run();
+  double flops = 4.0 * kHeads * kHeadDim * double(n) * double(n + 1) / 2;
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * double(state.iterations()) / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_prefill)->Arg(512)->Arg(2048)->Arg(8192)->ArgName("tokens")->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace ellm
+
+BENCHMARK_MAIN();
