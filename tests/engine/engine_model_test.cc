@@ -36,13 +36,6 @@ std::unique_ptr<Engine> make_engine(const std::string& name, int64_t batch_size,
   return std::make_unique<Engine>(Model::load(model_dir(name), limits), tokenizer(), options);
 }
 
-GenerateRequest greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
-  GenerateRequest r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = 0;
-  return r;
-}
 
 class EngineModel : public ::testing::TestWithParam<std::string> {};
 

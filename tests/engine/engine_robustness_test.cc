@@ -16,32 +16,9 @@ namespace {
 using testing::FakeModel;
 using testing::fake_greedy;
 
-const std::shared_ptr<const Tokenizer>& tokenizer() {
-  static auto tok = Tokenizer::load(ELLM_SHARED "/models/tiny-qwen3");
-  return tok;
-}
 
-ServingLimits limits(int64_t sequence_length, int64_t batch_size, size_t kv_memory_bytes = 0) {
-  ServingLimits l;
-  l.sequence_length = sequence_length;
-  l.batch_size = batch_size;
-  l.kv_memory_bytes = kv_memory_bytes;
-  return l;
-}
 
-std::vector<int32_t> prompt_of(int n, int seed) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < n; ++i) p.push_back(2000 + (seed * 131 + i * 17) % 5000);
-  return p;
-}
 
-GenerateRequest greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
-  GenerateRequest r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = 0;
-  return r;
-}
 
 // The fake model with a vocabulary padded past the tokenizer's (as Qwen3's lm_head is), whose
 // favourite on every step after `clean_steps` generated tokens is the last, tokenless id.
@@ -70,11 +47,11 @@ class FailingReleaseModel : public FakeModel {
 };
 
 TEST(EngineRobustness, SampledIdsWithoutATokenDecodeToNothing) {
-  auto model = std::make_unique<PaddedVocabModel>(tokenizer()->vocab_size(), limits(128, 2));
+  auto model = std::make_unique<PaddedVocabModel>(test_tokenizer()->vocab_size(), limits(128, 2));
   const int32_t tokenless = int32_t(model->vocab_size() - 1);
   EngineOptions options;
   options.eos_token_ids = {151645};
-  Engine engine(std::move(model), tokenizer(), options);
+  Engine engine(std::move(model), test_tokenizer(), options);
   GenerateRequest r = greedy(prompt_of(8, 1), 5);
   r.sampling.top_logprobs = 2;
   GenerateRequest sampled = greedy(prompt_of(9, 2), 5);
@@ -95,12 +72,12 @@ TEST(EngineRobustness, SampledIdsWithoutATokenDecodeToNothing) {
 TEST(EngineRobustness, ScriptedIdsWithoutATokenLeaveTheTextAround) {
   EngineOptions options;
   options.eos_token_ids = {151645};
-  const int32_t tokenless = int32_t(tokenizer()->vocab_size() + 50);
-  options.scripted_output = tokenizer()->encode("hello");
+  const int32_t tokenless = int32_t(test_tokenizer()->vocab_size() + 50);
+  options.scripted_output = test_tokenizer()->encode("hello");
   options.scripted_output.push_back(tokenless);
-  for (int32_t id : tokenizer()->encode(" world")) options.scripted_output.push_back(id);
-  Engine engine(std::make_unique<PaddedVocabModel>(tokenizer()->vocab_size(), limits(128, 1)),
-                tokenizer(), options);
+  for (int32_t id : test_tokenizer()->encode(" world")) options.scripted_output.push_back(id);
+  Engine engine(std::make_unique<PaddedVocabModel>(test_tokenizer()->vocab_size(), limits(128, 1)),
+                test_tokenizer(), options);
   Outcome out = collect(engine.submit(greedy(prompt_of(5, 4), 50)));
   EXPECT_EQ(out.text, "hello world");
   EXPECT_EQ(out.ids, options.scripted_output);
@@ -109,12 +86,12 @@ TEST(EngineRobustness, ScriptedIdsWithoutATokenLeaveTheTextAround) {
 
 TEST(EngineRobustness, AFailureWhileAdmittingEndsOnlyThatRequest) {
   const size_t per_token = FakeModel::kBytesPerToken;
-  auto owned = std::make_unique<FailingReleaseModel>(tokenizer()->vocab_size(),
-                                                     limits(256, 3, 80 * per_token));
+  auto owned = std::make_unique<FailingReleaseModel>(test_tokenizer()->vocab_size(),
+                                                     limits(256, 3, 0, 80 * per_token));
   FailingReleaseModel* model = owned.get();
   EngineOptions options;
   options.eos_token_ids = {151645};
-  Engine engine(std::move(owned), tokenizer(), options);
+  Engine engine(std::move(owned), test_tokenizer(), options);
   collect(engine.submit(greedy(prompt_of(10, 5), 19)));  // an idle session of 28 positions
   model->fail_release = true;
   auto b_prompt = prompt_of(10, 6), c_prompt = prompt_of(10, 7);
@@ -170,8 +147,8 @@ TEST(EngineRobustness, RequestStreamCoalescesTextForASlowReader) {
 TEST(EngineRobustness, AReaderThatNeverReadsDoesNotHoldTheEngineBack) {
   EngineOptions options;
   options.eos_token_ids = {151645};
-  Engine engine(std::make_unique<FakeModel>(tokenizer()->vocab_size(), limits(1024, 2)),
-                tokenizer(), options);
+  Engine engine(std::make_unique<FakeModel>(test_tokenizer()->vocab_size(), limits(1024, 2)),
+                test_tokenizer(), options);
   auto prompt = prompt_of(6, 8);
   auto ignored = engine.submit(greedy(prompt, 500));
   // Another request runs to the end while the first one's reader sleeps.
@@ -183,7 +160,7 @@ TEST(EngineRobustness, AReaderThatNeverReadsDoesNotHoldTheEngineBack) {
   EXPECT_LE(ignored->queued(), 2u);  // one merged text event and the end
   Outcome out = collect(ignored);
   EXPECT_EQ(out.ids, fake_greedy(prompt, 500));
-  EXPECT_EQ(out.text, tokenizer()->decode(out.ids, true));
+  EXPECT_EQ(out.text, test_tokenizer()->decode(out.ids, true));
   EXPECT_EQ(out.end.completion_tokens, 500);
 }
 
@@ -191,9 +168,9 @@ TEST(EngineRobustness, SessionCacheCanBeSwitchedOffEngineWide) {
   EngineOptions options;
   options.eos_token_ids = {151645};
   options.session_cache = false;
-  auto owned = std::make_unique<FakeModel>(tokenizer()->vocab_size(), limits(256, 1));
+  auto owned = std::make_unique<FakeModel>(test_tokenizer()->vocab_size(), limits(256, 1));
   FakeModel* model = owned.get();
-  Engine engine(std::move(owned), tokenizer(), options);
+  Engine engine(std::move(owned), test_tokenizer(), options);
   auto prompt = prompt_of(30, 10);
   Outcome first = collect(engine.submit(greedy(prompt, 5)));
   int64_t fed_before = model->tokens_fed();

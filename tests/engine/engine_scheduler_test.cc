@@ -17,10 +17,6 @@ namespace {
 using testing::FakeModel;
 using testing::fake_greedy;
 
-const std::shared_ptr<const Tokenizer>& tokenizer() {
-  static auto tok = Tokenizer::load(ELLM_SHARED "/models/tiny-qwen3");
-  return tok;
-}
 
 struct FakeEngine {
   FakeModel* model;  // owned by the engine
@@ -28,42 +24,21 @@ struct FakeEngine {
 };
 
 FakeEngine make_engine(ServingLimits limits, EngineOptions options = {}) {
-  auto model = std::make_unique<FakeModel>(tokenizer()->vocab_size(), limits);
+  auto model = std::make_unique<FakeModel>(test_tokenizer()->vocab_size(), limits);
   FakeModel* raw = model.get();
   if (options.eos_token_ids.empty()) options.eos_token_ids = {151645, 151643};
-  return {raw, std::make_unique<Engine>(std::move(model), tokenizer(), options)};
+  return {raw, std::make_unique<Engine>(std::move(model), test_tokenizer(), options)};
 }
 
-ServingLimits limits(int64_t sequence_length, int64_t batch_size, int64_t chunk_size = 0,
-                     size_t kv_memory_bytes = 0) {
-  ServingLimits l;
-  l.sequence_length = sequence_length;
-  l.batch_size = batch_size;
-  l.chunk_size = chunk_size;
-  l.kv_memory_bytes = kv_memory_bytes;
-  return l;
-}
 
-std::vector<int32_t> prompt_of(int n, int seed) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < n; ++i) p.push_back(2000 + (seed * 131 + i * 17) % 5000);
-  return p;
-}
 
-GenerateRequest greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
-  GenerateRequest r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = 0;
-  return r;
-}
 
 TEST(EngineScheduler, GreedyFollowsTheModelsArgmax) {
   auto [model, engine] = make_engine(limits(128, 1));
   auto prompt = prompt_of(20, 1);
   Outcome out = collect(engine->submit(greedy(prompt, 12)));
   EXPECT_EQ(out.ids, fake_greedy(prompt, 12));
-  EXPECT_EQ(out.text, tokenizer()->decode(out.ids, true));
+  EXPECT_EQ(out.text, test_tokenizer()->decode(out.ids, true));
   EXPECT_EQ(out.end.finish_reason, "length");
   EXPECT_EQ(out.end.prompt_tokens, 20);
   EXPECT_EQ(out.end.completion_tokens, 12);
@@ -202,7 +177,7 @@ TEST(EngineScheduler, StopStringsEndGenerationAndAreNotEmitted) {
   Outcome free_run = collect(engine->submit(greedy(prompt, 20)));
   ASSERT_GT(free_run.text.size(), 20u);
   // A stop string straddling tokens in the middle of the free run's text.
-  std::string piece = tokenizer()->decode(std::span(free_run.ids).first(6), true);
+  std::string piece = test_tokenizer()->decode(std::span(free_run.ids).first(6), true);
   std::string stop = free_run.text.substr(piece.size() - 2, 4);
   size_t first = free_run.text.find(stop);
   GenerateRequest r = greedy(prompt, 20);
@@ -246,7 +221,7 @@ TEST(EngineScheduler, InvalidRequestsAreRejectedWithTheLimit) {
   }
   EXPECT_THROW(engine->submit(greedy(prompt_of(64, 18), -1)), Error);
   EXPECT_THROW(engine->submit(greedy({}, 5)), Error);
-  EXPECT_THROW(engine->submit(greedy({1, int32_t(tokenizer()->vocab_size())}, 5)), Error);
+  EXPECT_THROW(engine->submit(greedy({1, int32_t(test_tokenizer()->vocab_size())}, 5)), Error);
   EXPECT_THROW(engine->submit(greedy({1, -3}, 5)), Error);
   EXPECT_THROW(engine->submit(greedy({1, 2}, 0)), Error);
   GenerateRequest nan_temperature = greedy({1, 2}, 5);
@@ -293,7 +268,7 @@ TEST(EngineScheduler, ConcurrentRequestsWaitForBudgetInsteadOfFailing) {
 TEST(EngineScheduler, ScriptedOutputReplacesSampling) {
   EngineOptions options;
   std::string scripted_text = "<tool_call>\n{\"name\": \"f\"}\n</tool_call>";
-  options.scripted_output = tokenizer()->encode(scripted_text);
+  options.scripted_output = test_tokenizer()->encode(scripted_text);
   auto [model, engine] = make_engine(limits(256, 1), options);
   GenerateRequest r = greedy(prompt_of(5, 24), 100);
   r.skip_special_tokens = false;

@@ -211,6 +211,9 @@ TEST(HermesToolCalls, MalformedFallsBackToVerbatimText) {
   // Arguments that are not an object.
   std::string not_object = R"(<tool_call>{"name": "f", "arguments": [1]}</tool_call>)";
   expect_parse(not_object, {}, {not_object, "", {}});
+  // A raw NUL after the JSON object (which nlohmann alone would take for the end of input).
+  std::string nul = std::string("<tool_call>{\"name\": \"f\", \"arguments\": {}}") + '\0' + "x</tool_call>";
+  expect_parse(nul, {}, {nul, "", {}});
   // A partial opening tag at the very end.
   expect_parse("Hello <tool_ca", {}, {"Hello <tool_ca", "", {}});
 }
