@@ -37,6 +37,8 @@ std::string to_text(const ordered_json& value) {
 }
 
 std::optional<ordered_json> parse_json(std::string_view text) {
+  // nlohmann's parser takes a raw NUL for the end of input: '{...}\0junk' is not JSON.
+  if (text.find('\0') != std::string_view::npos) return std::nullopt;
   ordered_json value = ordered_json::parse(text.begin(), text.end(), nullptr, false);
   if (value.is_discarded()) return std::nullopt;
   return value;
