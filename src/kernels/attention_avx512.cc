@@ -12,7 +12,7 @@
 namespace ellm::avx512 {
 namespace {
 
-constexpr int kRows = 4;              // query rows per micro-tile
+constexpr int kRows = 4;  // query rows per micro-tile; 2 when a block has only 2 rows (decode, group 2)
 constexpr int64_t kMaxPositions = 64;  // positions per sub-block (4 vectors of scores)
 
 inline __m512 unpacklo_pd(__m512 a, __m512 b) {
@@ -77,13 +77,13 @@ void transpose_block(const float* k, int64_t ldk, int64_t width, int64_t head_di
   }
 }
 
-// s[i][0:16 V] = scale * q_i . kt for kRows rows.
-template <int V>
+// s[i][0:16 V] = scale * q_i . kt for R rows.
+template <int R, int V>
 void scores(const float* const* q, const float* kt, int64_t ldt, int64_t head_dim, float scale,
             float* s) {
-  __m512 c[kRows][V];
+  __m512 c[R][V];
 #pragma GCC unroll 4
-  for (int i = 0; i < kRows; ++i)
+  for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int t = 0; t < V; ++t) c[i][t] = _mm512_setzero_ps();
   for (int64_t d = 0; d < head_dim; ++d) {
@@ -91,7 +91,7 @@ void scores(const float* const* q, const float* kt, int64_t ldt, int64_t head_di
 #pragma GCC unroll 4
     for (int t = 0; t < V; ++t) kv[t] = _mm512_loadu_ps(kt + d * ldt + 16 * t);
 #pragma GCC unroll 4
-    for (int i = 0; i < kRows; ++i) {
+    for (int i = 0; i < R; ++i) {
       __m512 qb = _mm512_set1_ps(q[i][d]);
 #pragma GCC unroll 4
       for (int t = 0; t < V; ++t) c[i][t] = _mm512_fmadd_ps(qb, kv[t], c[i][t]);
@@ -99,7 +99,7 @@ void scores(const float* const* q, const float* kt, int64_t ldt, int64_t head_di
   }
   __m512 vscale = _mm512_set1_ps(scale);
 #pragma GCC unroll 4
-  for (int i = 0; i < kRows; ++i)
+  for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int t = 0; t < V; ++t) _mm512_storeu_ps(s + i * ldt + 16 * t, _mm512_mul_ps(c[i][t], vscale));
 }
@@ -128,18 +128,19 @@ float softmax_row(float* s, int64_t visible, int64_t ldt, float& m, float& l) {
   return correction;
 }
 
-// acc_i = acc_i * correction_i + p_i . v[0:count] for kRows rows; rows with a null acc are
+// acc_i = acc_i * correction_i + p_i . v[0:count] for R rows; rows with a null acc are
 // computed but not stored. With ahead_v (v + kAheadPositions rows), fetches those rows meanwhile.
+template <int R>
 void accumulate(float* const* acc, const float* correction, const float* p, int64_t ldp,
                 const float* v, int64_t ldv, int64_t count, int64_t head_dim,
                 const float* ahead_v) {
   for (int64_t d0 = 0; d0 < head_dim; d0 += 64) {
     __mmask16 mask[4];
-    __m512 a[kRows][4];
+    __m512 a[R][4];
 #pragma GCC unroll 4
     for (int t = 0; t < 4; ++t) mask[t] = d0 + 16 * t < head_dim ? tail_mask(head_dim - d0 - 16 * t) : 0;
 #pragma GCC unroll 4
-    for (int i = 0; i < kRows; ++i) {
+    for (int i = 0; i < R; ++i) {
       __m512 c = _mm512_set1_ps(correction[i]);
       const float* src = acc[i] ? acc[i] : acc[0];
 #pragma GCC unroll 4
@@ -155,54 +156,55 @@ void accumulate(float* const* acc, const float* correction, const float* p, int6
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) vv[t] = _mm512_maskz_loadu_ps(mask[t], vj + 16 * t);
 #pragma GCC unroll 4
-      for (int i = 0; i < kRows; ++i) {
+      for (int i = 0; i < R; ++i) {
         __m512 pb = _mm512_set1_ps(p[i * ldp + j]);
 #pragma GCC unroll 4
         for (int t = 0; t < 4; ++t) a[i][t] = _mm512_fmadd_ps(pb, vv[t], a[i][t]);
       }
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < kRows; ++i)
+    for (int i = 0; i < R; ++i)
       if (acc[i])
 #pragma GCC unroll 4
         for (int t = 0; t < 4; ++t) _mm512_mask_storeu_ps(acc[i] + d0 + 16 * t, mask[t], a[i][t]);
   }
 }
 
+template <int R>
 void sub_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
                const float* k, const float* v, int64_t ldkv, int64_t p0, int64_t p1,
-                     int64_t head_dim,
-               float scale, float* m, float* l, float* acc, float* scratch) {
+               int64_t head_dim, float scale, float* m, float* l, float* acc, float* scratch) {
   int64_t width = p1 - p0, vecs = (width + 15) / 16, ldt = vecs * 16;
   float* kt = scratch;                // [head_dim][ldt]
-  float* s = kt + head_dim * ldt;     // [kRows][ldt]
+  float* s = kt + head_dim * ldt;     // [R][ldt]
   transpose_block(k + p0 * ldkv, ldkv, width, head_dim, kt, ldt);
-  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+  for (int64_t r0 = 0; r0 < rows; r0 += R) {
     // Positions the tile's last row sees; rows before the first visible position skip the block.
-    int64_t last = std::min(rows, r0 + kRows) - 1;
+    int64_t last = std::min(rows, r0 + R) - 1;
     int64_t tile_visible = std::min(p1, first_end + last / group) - p0;
     if (tile_visible <= 0) continue;
-    const float* qr[kRows];
-    float* acc_rows[kRows];
-    for (int i = 0; i < kRows; ++i) {
+    const float* qr[R];
+    float* acc_rows[R];
+    for (int i = 0; i < R; ++i) {
       int64_t r = std::min(r0 + i, last);
       qr[i] = q + (r / group) * ldq + (r % group) * head_dim;
       acc_rows[i] = r0 + i <= last ? acc + r * head_dim : nullptr;
     }
     int64_t tile_vecs = (tile_visible + 15) / 16;
     switch (tile_vecs) {
-      case 1: scores<1>(qr, kt, ldt, head_dim, scale, s); break;
-      case 2: scores<2>(qr, kt, ldt, head_dim, scale, s); break;
-      case 3: scores<3>(qr, kt, ldt, head_dim, scale, s); break;
-      default: scores<4>(qr, kt, ldt, head_dim, scale, s); break;
+      case 1: scores<R, 1>(qr, kt, ldt, head_dim, scale, s); break;
+      case 2: scores<R, 2>(qr, kt, ldt, head_dim, scale, s); break;
+      case 3: scores<R, 3>(qr, kt, ldt, head_dim, scale, s); break;
+      default: scores<R, 4>(qr, kt, ldt, head_dim, scale, s); break;
     }
-    float correction[kRows] = {1, 1, 1, 1};
-    for (int i = 0; i < kRows && r0 + i <= last; ++i) {
+    float correction[R];
+    for (float& c : correction) c = 1.0f;
+    for (int i = 0; i < R && r0 + i <= last; ++i) {
       int64_t r = r0 + i;
       int64_t visible = std::min(p1, first_end + r / group) - p0;
       correction[i] = softmax_row(s + i * ldt, visible, tile_vecs * 16, m[r], l[r]);
     }
-    accumulate(acc_rows, correction, s, ldt, v + p0 * ldkv, ldkv, tile_visible, head_dim,
+    accumulate<R>(acc_rows, correction, s, ldt, v + p0 * ldkv, ldkv, tile_visible, head_dim,
                r0 == 0 ? v + (p0 + kAheadPositions) * ldkv : nullptr);
   }
 }
@@ -211,11 +213,11 @@ void sub_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t
 
 void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
                      const float* k, const float* v, int64_t ldkv, int64_t p0, int64_t p1,
-                     int64_t head_dim,
-                     float scale, float* m, float* l, float* acc, float* s) {
+                     int64_t head_dim, float scale, float* m, float* l, float* acc, float* s) {
+  auto run = rows <= 2 ? sub_block<2> : sub_block<kRows>;
   for (int64_t p = p0; p < p1; p += kMaxPositions)
-    sub_block(q, ldq, group, rows, first_end, k, v, ldkv, p, std::min(p1, p + kMaxPositions), head_dim,
-              scale, m, l, acc, s);
+    run(q, ldq, group, rows, first_end, k, v, ldkv, p, std::min(p1, p + kMaxPositions), head_dim,
+        scale, m, l, acc, s);
 }
 
 }  // namespace ellm::avx512
