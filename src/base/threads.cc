@@ -15,11 +15,12 @@ namespace {
 
 constexpr int kSpinIterations = 20000;
 // Contention check: time every kSampleEvery-th run; over kWindow samples, a caller that got
-// less than kMinCpuShare of the wall time means the cores are shared: run solo for kSoloRuns.
+// less than kMinCpuShare of the wall time means the cores are shared: run solo for kSoloSeconds
+// (time, not runs: one run of a long prefill can take seconds), then try the team again.
 constexpr int kSampleEvery = 8;
 constexpr int kWindow = 64;
 constexpr double kMinCpuShare = 0.75;
-constexpr int64_t kSoloRuns = 8192;
+constexpr double kSoloSeconds = 0.5;
 
 double thread_cpu_seconds() {
   timespec t;
@@ -91,10 +92,12 @@ void ThreadTeam::run_erased(Task task, void* ctx) {
     task(ctx, 0, 1);
     return;
   }
-  if (solo_runs_left_ > 0) {  // the machine is shared: every share here, the workers sleep
-    --solo_runs_left_;
-    for (int member = 0; member < n_; ++member) task(ctx, member, n_);
-    return;
+  if (solo_until_ > 0) {  // the machine is shared: every share here, the workers sleep
+    if (wall_seconds() < solo_until_) {
+      for (int member = 0; member < n_; ++member) task(ctx, member, n_);
+      return;
+    }
+    solo_until_ = 0;
   }
   if (!adaptive_ || ++runs_ % kSampleEvery != 0) return run_team(task, ctx);
   double wall = wall_seconds(), cpu = thread_cpu_seconds();
@@ -106,7 +109,7 @@ void ThreadTeam::note_timing(double wall, double cpu) {
   sampled_wall_ += wall;
   sampled_cpu_ += cpu;
   if (++samples_ < kWindow) return;
-  if (sampled_cpu_ < kMinCpuShare * sampled_wall_) solo_runs_left_ = kSoloRuns;
+  if (sampled_cpu_ < kMinCpuShare * sampled_wall_) solo_until_ = wall_seconds() + kSoloSeconds;
   samples_ = 0;
   sampled_wall_ = sampled_cpu_ = 0;
 }

@@ -66,7 +66,7 @@ class ThreadTeam {
   uint64_t runs_ = 0;
   int samples_ = 0;
   double sampled_wall_ = 0, sampled_cpu_ = 0;
-  int64_t solo_runs_left_ = 0;
+  double solo_until_ = 0;  // wall clock (CLOCK_MONOTONIC seconds) until which runs are solo
 };
 
 // Splits [0, total) into n near-equal parts; returns member's [begin, end).
