@@ -269,7 +269,9 @@ int cmd_bench(int argc, char** argv) {
   model->enable_profile(true);
 
   Bench bench{*model, machine["peak_flops"], machine["read_bandwidth"]};
-  bench.logits.resize(size_t(model->max_pass_tokens() * model->vocab_size()));
+  // One row per token that wants logits: the last of a prefill, each slot's in decode. (A row for
+  // every token of a 32k pass would be 20 GB for Qwen3's vocabulary.)
+  bench.logits.resize(size_t(limits.batch_size * model->vocab_size()));
   std::vector<json> rows;
   auto emit = [&](json row) {
     std::printf("%s\n", row.dump().c_str());
