@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +25,13 @@ constexpr size_t kMaxHeaderBytes = 256u << 20;
 
 std::string base_name(const std::string& path) {
   return std::filesystem::path(path).filename().string();
+}
+
+// The throwing fs::exists() raises filesystem_error for a name the file system refuses (an index
+// may name a 300-character shard); such a file simply does not exist here.
+bool file_exists(const std::string& path) {
+  std::error_code error;
+  return std::filesystem::exists(path, error);
 }
 
 Dtype parse_dtype(const std::string& name) {
@@ -174,11 +182,10 @@ SafetensorsStore SafetensorsStore::open_file(const std::string& path) {
 }
 
 SafetensorsStore SafetensorsStore::open(const std::string& model_dir) {
-  namespace fs = std::filesystem;
   std::string index_path = model_dir + "/model.safetensors.index.json";
-  if (!fs::exists(index_path)) {
+  if (!file_exists(index_path)) {
     std::string single = model_dir + "/model.safetensors";
-    if (!fs::exists(single))
+    if (!file_exists(single))
       fail(model_dir, "no model.safetensors or model.safetensors.index.json");
     return open_file(single);
   }
@@ -208,7 +215,7 @@ SafetensorsStore SafetensorsStore::open(const std::string& model_dir) {
     s.index_[name] = path;
   }
   for (const std::string& path : shard_order)
-    if (!fs::exists(path))
+    if (!file_exists(path))
       fail(index_path, "shard '" + base_name(path) + "' does not exist");
   for (const std::string& path : shard_order) s.add_file(path, &by_shard[path]);
   return s;

@@ -14,6 +14,10 @@ void throw_bad_request(const std::string& message, const std::string& param) {
 }
 
 json parse_body(std::string_view body, int max_depth) {
+  // nlohmann's parser takes a raw NUL for the end of input, so '{...}\0junk' would pass as the
+  // object before it; JSON allows NUL only escaped, so refuse it anywhere.
+  if (body.find('\0') != std::string_view::npos)
+    throw_bad_request("request body is not valid JSON: it contains a raw NUL byte (escape it as \\u0000)");
   // Depth scan outside strings: cheap, and keeps recursion everywhere downstream bounded.
   int depth = 0;
   bool in_string = false, escaped = false;
@@ -32,10 +36,11 @@ json parse_body(std::string_view body, int max_depth) {
   }
   json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) {
-    // Say why: a second parse with exceptions names the byte and the problem.
+    // Say why: a second parse with exceptions names the byte and the problem (a parse_error, or
+    // an out_of_range for a number beyond double such as 1e999999).
     try {
       (void)json::parse(body);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       throw_bad_request(std::string("request body is not valid JSON: ") + e.what());
     }
     throw_bad_request("request body is not valid JSON");

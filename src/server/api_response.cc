@@ -96,7 +96,8 @@ std::vector<json> ChatOutput::on_event(const StreamEvent& event) {
   json logprobs = nullptr;
   if (meta_.logprobs && !event.logprobs.empty()) {
     json entries = chat_logprob_entries(event.logprobs, token_text_);
-    for (const json& e : entries) logprobs_.push_back(e);
+    if (!meta_.streaming)
+      for (const json& e : entries) logprobs_.push_back(e);
     logprobs = {{"content", std::move(entries)}};
   }
   if (!delta.empty() || !logprobs.is_null()) {
@@ -208,8 +209,9 @@ std::vector<json> TextOutput::on_event(const StreamEvent& event) {
   json logprobs = nullptr;
   if (meta_.logprobs && !event.logprobs.empty()) {
     logprobs = logprobs_for(event.logprobs, text_.size());
-    for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
-      for (const json& x : logprobs[key]) logprobs_[key].push_back(x);
+    if (!meta_.streaming)
+      for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+        for (const json& x : logprobs[key]) logprobs_[key].push_back(x);
   }
   text_ += text;
   if (!text.empty() || !logprobs.is_null()) chunks.push_back(chunk(text, std::move(logprobs), nullptr));

@@ -30,6 +30,9 @@ struct ResponseMeta {
   int64_t created = 0;
   bool include_usage = false;  // streaming: a usage chunk before [DONE]
   bool logprobs = false;
+  // Streaming: only the chunks are sent, so the logprobs are not also kept for response(); a
+  // stalled reader's request then costs its unsent chunks, not a JSON copy of every logprob.
+  bool streaming = false;
 };
 
 class ChatOutput {

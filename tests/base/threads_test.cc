@@ -28,6 +28,28 @@ TEST(ThreadTeam, EveryMemberRunsOncePerCall) {
   for (auto& h : hits) EXPECT_EQ(h.load(), 1000);
 }
 
+// Runs rounds until the worker (not the caller) has run member 1's share; the caller's share
+// waits up to 50 ms for it to start, so a loaded machine still gives the worker its chance.
+// Returns what `on_worker` recorded, or false if the worker never ran a share.
+template <class Fn>
+bool run_until_worker_runs(ThreadTeam& team, Fn&& on_worker) {
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> started{false}, by_worker{false};
+  for (int round = 0; round < 100 && !by_worker; ++round) {
+    started = false;
+    team.run([&](int member, int) {
+      if (member == 1) {
+        started = true;
+        if (std::this_thread::get_id() != caller) on_worker(), by_worker = true;
+        return;
+      }
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+      while (!started && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    });
+  }
+  return by_worker;
+}
+
 TEST(ThreadTeam, SplitRangeCoversEverythingOnce) {
   for (int64_t total : {0, 1, 7, 64, 1001})
     for (int n : {1, 2, 3, 8}) {
@@ -79,19 +101,13 @@ TEST(ThreadTeam, WorkersArePinnedAndTheCallerKeepsAllItsCpus) {
   EXPECT_EQ(CPU_COUNT(&mine), CPU_COUNT(&allowed));
   // The caller may run a worker's share itself (when the worker has not started it yet), so
   // run until the worker has run one, and look at its mask from there.
-  const std::thread::id caller = std::this_thread::get_id();
   int worker_cpus = -1, worker_cpu = -1;
-  for (int round = 0; round < 2000 && worker_cpus < 0; ++round)
-    second.run([&](int, int) {
-      for (volatile int spin = 0; spin < 20000; ++spin) {
-      }
-      if (std::this_thread::get_id() == caller) return;
-      cpu_set_t set;
-      sched_getaffinity(0, sizeof(set), &set);
-      worker_cpus = CPU_COUNT(&set);
-      worker_cpu = sched_getcpu();
-    });
-  ASSERT_GE(worker_cpus, 0) << "the worker never ran a share";
+  ASSERT_TRUE(run_until_worker_runs(second, [&] {
+    cpu_set_t set;
+    sched_getaffinity(0, sizeof(set), &set);
+    worker_cpus = CPU_COUNT(&set);
+    worker_cpu = sched_getcpu();
+  })) << "the worker never ran a share";
   EXPECT_EQ(worker_cpus, 1);
   EXPECT_TRUE(CPU_ISSET(worker_cpu, &allowed));
 }
@@ -108,16 +124,9 @@ void hold_worker(int) {
 
 TEST(ThreadTeam, CallerRunsTheSharesOfAStalledWorker) {
   ThreadTeam team(2, /*pin=*/false);
-  const std::thread::id caller = std::this_thread::get_id();
   pthread_t worker{};
-  bool found = false;
-  for (int round = 0; round < 2000 && !found; ++round)
-    team.run([&](int, int) {
-      for (volatile int spin = 0; spin < 20000; ++spin) {
-      }
-      if (std::this_thread::get_id() != caller) worker = pthread_self(), found = true;
-    });
-  ASSERT_TRUE(found) << "the worker never ran a share";
+  ASSERT_TRUE(run_until_worker_runs(team, [&] { worker = pthread_self(); }))
+      << "the worker never ran a share";
 
   struct sigaction action {}, previous{};
   action.sa_handler = hold_worker;

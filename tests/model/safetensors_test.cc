@@ -121,6 +121,10 @@ TEST(Safetensors, RejectsAnIndexPointingAtAMissingShard) {
   test::write_text(index, R"({"weight_map": {"a": "../s1.safetensors"}})");
   EXPECT_NE(error_of([&] { SafetensorsStore::open(dir.path); }).find("invalid file"),
             std::string::npos);
+  // A name the file system refuses (too long) is a missing shard, not a foreign exception.
+  test::write_text(index, R"({"weight_map": {"a": ")" + std::string(300, 'x') + R"("}})");
+  EXPECT_NE(error_of([&] { SafetensorsStore::open(dir.path); }).find("does not exist"),
+            std::string::npos);
   test::write_text(index, R"({"weights": {}})");
   EXPECT_EQ(error_of([&] { SafetensorsStore::open(dir.path); }),
             index + ": missing 'weight_map' object");

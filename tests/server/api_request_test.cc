@@ -38,6 +38,8 @@ TEST(ParseBody, RejectsMalformedJsonWithTheReason) {
     EXPECT_EQ(e.status, 400);
     EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos);
   }
+  // A number beyond double is an out_of_range error in nlohmann, still a 400.
+  EXPECT_THROW(parse_body("{\"max_tokens\": 1e999999}"), ApiError);
   EXPECT_THROW(parse_body("[1, 2]"), ApiError);  // not an object
   EXPECT_THROW(parse_body(""), ApiError);
 }
@@ -45,6 +47,9 @@ TEST(ParseBody, RejectsMalformedJsonWithTheReason) {
 TEST(ParseBody, RejectsInvalidUtf8AndRawControlBytes) {
   EXPECT_THROW(parse_body("{\"prompt\": \"\xff\xfe\"}"), ApiError);
   EXPECT_THROW(parse_body(std::string("{\"prompt\": \"a\0b\"}", 16)), ApiError);
+  // A NUL after a complete object must not end the input early (nlohmann would stop there).
+  EXPECT_THROW(parse_body(std::string("{\"prompt\": \"ab\"}\0junk", 21)), ApiError);
+  EXPECT_THROW(parse_body(std::string("{\"prompt\": \"ab\"}\0", 17)), ApiError);
   // An escaped NUL is valid JSON and a valid string.
   EXPECT_EQ(parse_body("{\"prompt\": \"a\\u0000b\"}")["prompt"].get<std::string>().size(), 3u);
 }

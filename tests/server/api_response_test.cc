@@ -145,6 +145,27 @@ TEST(ChatOutput, LogprobsInChunksAndResponse) {
   EXPECT_EQ(out.response()["choices"][0]["logprobs"]["content"].size(), 1u);
 }
 
+// A streaming output sends each token's logprobs once and keeps none for a whole response, so
+// a client that stops reading costs its unsent chunks only.
+TEST(ChatOutput, StreamingKeepsNoLogprobsBehind) {
+  ChatOutput out(ResponseMeta{"chatcmpl-1", "tiny", 1, false, /*logprobs=*/true, /*streaming=*/true},
+                 std::make_unique<OutputParser>(ToolCallFormat::none, true, false, json()), token_name);
+  StreamEvent e = text_event("t7", {7});
+  e.logprobs = {TokenLogprob{7, -0.5f, {{7, -0.5f}}}};
+  std::vector<json> chunks = out.on_event(e);
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[1]["choices"][0]["logprobs"]["content"].size(), 1u);
+  out.on_event(final_event("", "stop", 1, 1, 0));
+  EXPECT_TRUE(out.response()["choices"][0]["logprobs"]["content"].empty());
+
+  TextOutput text(ResponseMeta{"cmpl-1", "tiny", 1, false, true, true}, "", token_name);
+  chunks = text.on_event(e);
+  ASSERT_EQ(chunks.size(), 1u);
+  EXPECT_EQ(chunks[0]["choices"][0]["logprobs"]["tokens"], json({"t7"}));
+  text.on_event(final_event("", "stop", 1, 1, 0));
+  EXPECT_TRUE(text.response()["choices"][0]["logprobs"]["tokens"].empty());
+}
+
 TEST(TextOutput, StreamsTextWithEchoAndCompletionLogprobs) {
   TextOutput out(ResponseMeta{"cmpl-1", "tiny", 1, true, true}, "Prompt:", token_name);
   StreamEvent e = text_event(" a", {3});

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds ellm with a sanitizer into build-KIND (or $BUILD_DIR) and runs tests under it:
+#   asan  AddressSanitizer + UndefinedBehaviorSanitizer: every unit test, then the server's
+#         end-to-end tests (routes and bad input, load, hostile clients, the openai client).
+#   tsan  ThreadSanitizer: the engine (scheduler) and server unit tests, then the server's
+#         end-to-end tests, which drive the scheduler, the HTTP threads and shutdown at once.
+# Every process's reports (the servers the end-to-end tests start included) go to
+# BUILD_DIR/sanitizer-logs/; any report fails the run, even one a test did not notice.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind=${1:-}
+root=$PWD
+e2e='^e2e_test_(server_api|load|hostile|server_openai)$'
+case "$kind" in
+  asan)
+    flags=-DELLM_SANITIZE=ON
+    targets="ellm test_base test_kernels test_model test_text test_engine test_server" ;;
+  tsan)
+    flags=-DELLM_TSAN=ON
+    targets="ellm test_engine test_server" ;;
+  *) echo "usage: scripts/sanitize.sh asan|tsan" >&2; exit 2 ;;
+esac
+dir=${BUILD_DIR:-build-$kind}
+logs=$root/$dir/sanitizer-logs
+
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$flags" >/dev/null
+# shellcheck disable=SC2086
+cmake --build "$dir" -j "$(nproc)" --target $targets
+[ -d tests/e2e/node_modules/openai ] || e2e='^e2e_test_(server_api|load|hostile)$'
+
+rm -rf "$logs" && mkdir -p "$logs"
+export ASAN_OPTIONS="detect_leaks=1:log_path=$logs/asan"
+export UBSAN_OPTIONS="print_stacktrace=1:log_path=$logs/ubsan"
+# cpp-httplib is a compiled Debian library that TSan cannot see into; .ci/tsan.supp says which
+# of its reports are false and why. Our own code is never suppressed.
+export TSAN_OPTIONS="suppressions=$root/.ci/tsan.supp:second_deadlock_stack=1:log_path=$logs/tsan"
+
+status=0
+cd "$dir"
+if [ "$kind" = asan ]; then
+  ctest --output-on-failure -j 2 -E '^e2e_' || status=1
+else
+  tests/test_engine --gtest_brief=1 || status=1
+  tests/test_server --gtest_brief=1 || status=1
+fi
+# One at a time: the end-to-end tests time their servers, which sanitizers already slow down.
+ctest --output-on-failure -R "$e2e" || status=1
+
+reports=$(find "$logs" -type f | sort)
+if [ -n "$reports" ]; then
+  for f in $reports; do echo "==== $f"; head -n 80 "$f"; done
+  echo "$kind: $(echo "$reports" | wc -l) sanitizer report file(s) in $logs"
+  status=1
+fi
+[ "$status" = 0 ] && echo "$kind: all clean"
+exit "$status"
