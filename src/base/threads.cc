@@ -14,9 +14,10 @@ namespace ellm {
 namespace {
 
 constexpr int kSpinIterations = 20000;
-// Contention check: time every kSampleEvery-th run; over kWindow samples, a caller that got
-// less than kMinCpuShare of the wall time means the cores are shared: run solo for kSoloSeconds
-// (time, not runs: one run of a long prefill can take seconds), then try the team again.
+// Contention check: time every kSampleEvery-th run; over kWindow samples, a caller that did its
+// own work for less than kMinCpuShare of the wall time (it was off its core, or waited for a
+// member that was) means the cores are shared: run solo for kSoloSeconds (time, not runs: one
+// run of a long prefill can take seconds), then try the team again.
 constexpr int kSampleEvery = 8;
 constexpr int kWindow = 64;
 constexpr double kMinCpuShare = 0.75;
@@ -99,22 +100,23 @@ void ThreadTeam::run_erased(Task task, void* ctx) {
     }
     solo_until_ = 0;
   }
-  if (!adaptive_ || ++runs_ % kSampleEvery != 0) return run_team(task, ctx);
+  if (!adaptive_ || ++runs_ % kSampleEvery != 0) return run_team(task, ctx, nullptr);
   double wall = wall_seconds(), cpu = thread_cpu_seconds();
-  run_team(task, ctx);
-  note_timing(wall_seconds() - wall, thread_cpu_seconds() - cpu);
+  double own_done_cpu = 0;  // the caller's CPU clock when its own (and taken) shares were done
+  run_team(task, ctx, &own_done_cpu);
+  note_timing(wall_seconds() - wall, own_done_cpu - cpu);
 }
 
-void ThreadTeam::note_timing(double wall, double cpu) {
+void ThreadTeam::note_timing(double wall, double working) {
   sampled_wall_ += wall;
-  sampled_cpu_ += cpu;
+  sampled_cpu_ += working;
   if (++samples_ < kWindow) return;
   if (sampled_cpu_ < kMinCpuShare * sampled_wall_) solo_until_ = wall_seconds() + kSoloSeconds;
   samples_ = 0;
   sampled_wall_ = sampled_cpu_ = 0;
 }
 
-void ThreadTeam::run_team(Task task, void* ctx) {
+void ThreadTeam::run_team(Task task, void* ctx, double* own_done_cpu) {
   task_ = task;
   ctx_ = ctx;
   pending_.store(n_ - 1, std::memory_order_relaxed);
@@ -123,6 +125,7 @@ void ThreadTeam::run_team(Task task, void* ctx) {
   task(ctx, 0, n_);
   for (int member = 1; member < n_; ++member)  // shares no worker has started yet
     if (claim(member, generation)) run_share(member);
+  if (own_done_cpu) *own_done_cpu = thread_cpu_seconds();
   for (int spin = 0; spin < kSpinIterations; ++spin) {
     if (pending_.load(std::memory_order_acquire) == 0) return;
     cpu_relax();

@@ -46,8 +46,8 @@ class ThreadTeam {
   void worker_loop(int member);
   bool claim(int member, uint32_t generation);  // true for the first claim of a run's share
   void run_share(int member);                   // runs a claimed share and reports it done
-  void run_team(Task task, void* ctx);
-  void note_timing(double wall, double cpu);    // contention check on a sampled run
+  void run_team(Task task, void* ctx, double* own_done_cpu);  // CPU clock when the caller's part ended
+  void note_timing(double wall, double working);  // contention check on a sampled run
 
   int n_;
   bool adaptive_ = true;
