@@ -18,12 +18,11 @@ namespace ellm {
 void FreeDeleter::operator()(void* p) const { std::free(p); }
 
 void* aligned_alloc_zeroed(size_t bytes) {
-  constexpr size_t kHuge = 2u << 20;
-  size_t align = bytes >= kHuge ? kHuge : kAlign;
+  size_t align = bytes >= VirtualRegion::kHugePage ? VirtualRegion::kHugePage : kAlign;
   size_t rounded = (bytes + align - 1) / align * align;
   void* p = std::aligned_alloc(align, rounded ? rounded : align);
   if (!p) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
-  if (align == kHuge) madvise(p, rounded, MADV_HUGEPAGE);
+  if (align == VirtualRegion::kHugePage) madvise(p, rounded, MADV_HUGEPAGE);
   std::memset(p, 0, rounded);
   return p;
 }

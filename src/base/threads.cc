@@ -109,11 +109,11 @@ void ThreadTeam::run_erased(Task task, void* ctx) {
 
 void ThreadTeam::note_timing(double wall, double working) {
   sampled_wall_ += wall;
-  sampled_cpu_ += working;
+  sampled_working_ += working;
   if (++samples_ < kWindow) return;
-  if (sampled_cpu_ < kMinCpuShare * sampled_wall_) solo_until_ = wall_seconds() + kSoloSeconds;
+  if (sampled_working_ < kMinCpuShare * sampled_wall_) solo_until_ = wall_seconds() + kSoloSeconds;
   samples_ = 0;
-  sampled_wall_ = sampled_cpu_ = 0;
+  sampled_wall_ = sampled_working_ = 0;
 }
 
 void ThreadTeam::run_team(Task task, void* ctx, double* own_done_cpu) {

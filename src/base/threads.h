@@ -65,7 +65,7 @@ class ThreadTeam {
   // Contention check, touched by the caller only.
   uint64_t runs_ = 0;
   int samples_ = 0;
-  double sampled_wall_ = 0, sampled_cpu_ = 0;
+  double sampled_wall_ = 0, sampled_working_ = 0;
   double solo_until_ = 0;  // wall clock (CLOCK_MONOTONIC seconds) until which runs are solo
 };
 
