@@ -52,7 +52,8 @@ std::vector<int64_t> parse_list(const std::string& text) {
 
 struct Bench {
   Model& model;
-  double peak_flops, bandwidth;
+  double peak_flops;
+  int threads;
   std::mt19937 rng{1234};
   std::vector<float> logits;
 
@@ -123,7 +124,16 @@ struct Bench {
   }
 
   // `steps` decode passes of `batch` slots whose contexts already hold `context` positions.
+  // This machine's read bandwidth now. It drifts by tens of percent over minutes in a VM with
+  // neighbours, so each decode run is judged against the better of a reading just before it and
+  // one just after.
+  double read_bandwidth_now() const {
+    ThreadTeam team(threads, /*pin=*/true, /*adaptive=*/false);
+    return measure_read_bandwidth(team, size_t(512) << 20, 3);
+  }
+
   json decode(int64_t batch, int64_t context, int64_t steps, const char* label) {
+    double bandwidth_before = read_bandwidth_now();
     model.reset_profile();
     uint64_t experts_before = model.expert_bytes_read();
     double start = now_seconds();
@@ -134,6 +144,7 @@ struct Bench {
       model.forward(tokens, logits.data());
     }
     double seconds = now_seconds() - start;
+    double bandwidth = std::max(bandwidth_before, read_bandwidth_now());
     double bytes_per_step = bytes_read() / double(steps);
     double tps = double(batch * steps) / seconds;
     json row = {{"kind", label},
@@ -142,6 +153,7 @@ struct Bench {
                 {"tokens_per_s", tps},
                 {"bytes_per_step", bytes_per_step},
                 {"achieved_bandwidth_gbs", bytes_per_step * double(steps) / seconds / 1e9},
+                {"read_bandwidth_gbs", bandwidth / 1e9},
                 {"fraction_of_bandwidth", bytes_per_step * double(steps) / seconds / bandwidth}};
     row.update(profile_json(seconds));
     add_expert_figures(row, model.expert_bytes_read() - experts_before, double(batch * steps), steps);
@@ -183,15 +195,15 @@ void print_table(const std::vector<json>& rows, const json& machine) {
                 100 * r.value("/gemm/fraction_of_peak"_json_pointer, 0.0),
                 100 * r.value("/attention/share_of_time"_json_pointer, 0.0));
   }
-  std::printf("\n%-16s %7s %7s %10s %12s %10s %10s\n", "run", "batch", "context", "tokens/s",
-              "MB/step", "GB/s", "% of bw");
+  std::printf("\n%-16s %7s %7s %10s %12s %10s %10s %10s\n", "run", "batch", "context", "tokens/s",
+              "MB/step", "GB/s", "read GB/s", "% of read");
   for (const json& r : rows) {
     if (r["kind"] == "prefill") continue;
-    std::printf("%-16s %7lld %7lld %10.1f %12.1f %10.1f %9.1f%%\n",
+    std::printf("%-16s %7lld %7lld %10.1f %12.1f %10.1f %10.1f %9.1f%%\n",
                 r["kind"].get<std::string>().c_str(), (long long)r["batch"].get<int64_t>(),
                 (long long)r["context"].get<int64_t>(), r["tokens_per_s"].get<double>(),
                 r["bytes_per_step"].get<double>() / 1e6, r["achieved_bandwidth_gbs"].get<double>(),
-                100 * r["fraction_of_bandwidth"].get<double>());
+                r["read_bandwidth_gbs"].get<double>(), 100 * r["fraction_of_bandwidth"].get<double>());
   }
   for (const json& r : rows) {
     if (!r.contains("expert_bytes_per_token")) continue;
@@ -226,12 +238,15 @@ int cmd_bench(int argc, char** argv) {
                           contexts = "8192,32768", json_path;
   int threads = 0;
   int64_t steps = 32;
-  bool busy = true;
+  bool busy = true, zero_context = false;
   app.add_option("--model-path", model_path, "model folder")->required();
   app.add_option("--threads", threads, "worker threads (default: one per physical core)");
   app.add_option("--prompt-lengths", prompt_lengths, "prefill lengths, comma-separated");
   app.add_option("--decode-batches", batches, "decode batch sizes at short context");
   app.add_option("--decode-contexts", contexts, "decode at these context lengths (batch 1)");
+  app.add_flag("--zero-context", zero_context,
+               "decode at a context length over a zeroed KV cache instead of prefilling it first "
+               "(the same bytes read and work done; saves the long prefill)");
   app.add_option("--decode-steps", steps, "decode steps per measurement");
   app.add_option("--busy", busy, "also measure decode with another process busy on one core");
   app.add_option("--json", json_path, "also write the JSON lines to this file");
@@ -268,7 +283,7 @@ int cmd_bench(int argc, char** argv) {
   auto model = Model::load(model_path, limits);
   model->enable_profile(true);
 
-  Bench bench{*model, machine["peak_flops"], machine["read_bandwidth"]};
+  Bench bench{*model, machine["peak_flops"], threads};
   // One row per token that wants logits: the last of a prefill, each slot's in decode. (A row for
   // every token of a 32k pass would be 20 GB for Qwen3's vocabulary.)
   bench.logits.resize(size_t(limits.batch_size * model->vocab_size()));
@@ -297,10 +312,20 @@ int cmd_bench(int argc, char** argv) {
     if (std::find(lengths.begin(), lengths.end(), c) == lengths.end()) all_lengths.push_back(c);
   std::sort(all_lengths.begin(), all_lengths.end());
   for (int64_t length : all_lengths) {
-    json row = bench.prefill(length);
-    if (std::find(lengths.begin(), lengths.end(), length) != lengths.end()) emit(row);
-    if (std::find(context_list.begin(), context_list.end(), length) != context_list.end())
-      emit(bench.decode(1, length, steps, "decode_context"));
+    bool wanted = std::find(lengths.begin(), lengths.end(), length) != lengths.end();
+    bool context = std::find(context_list.begin(), context_list.end(), length) != context_list.end();
+    if (wanted || !zero_context) {
+      json row = bench.prefill(length);
+      if (wanted) emit(row);
+    } else {  // decode over a zeroed cache: the same bytes and instructions
+      model->release_kv(0, 0);
+      bench.run(bench.sequence(0, length - 1, 1));  // commits the cache before the clock starts
+    }
+    if (context) {
+      json row = bench.decode(1, length, steps, "decode_context");
+      row["context_filled_by"] = wanted || !zero_context ? "prefill" : "zeros";
+      emit(row);
+    }
   }
   print_table(rows, machine);
   if (!json_path.empty()) {

@@ -1,8 +1,9 @@
-// AVX-512 flash-attention step (contract in isa_kernels.h) as small GEMMs. The K block is
-// transposed once into the scratch ([head_dim][positions]), so scores for 4 query rows x up to
-// 64 positions are 16 register accumulators fed by one broadcast q element per FMA row: no
-// horizontal reduction per (row, position). Then per row the online-softmax update, and
-// O += P.V for the same 4 rows, 64 output dimensions at a time.
+// AVX-512 flash attention (contracts in isa_kernels.h). attention_block_all_heads serves decode:
+// few query rows, every KV head, K and V read in memory order. attention_block serves prefill
+// as small GEMMs: the K block is transposed once into the scratch ([head_dim][positions]), so
+// scores for 4 query rows x up to 64 positions are 16 register accumulators fed by one broadcast
+// q element per FMA row, with no horizontal reduction per (row, position). Then per row the
+// online-softmax update, and O += P.V for the same 4 rows, 64 output dimensions at a time.
 #include <algorithm>
 #include <cmath>
 
@@ -102,6 +103,25 @@ void scores(const float* const* q, const float* kt, int64_t ldt, int64_t head_di
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int t = 0; t < V; ++t) _mm512_storeu_ps(s + i * ldt + 16 * t, _mm512_mul_ps(c[i][t], vscale));
+}
+
+// Lane j = the sum of the 16 floats of vector j, for the 16 vectors at `x`: a transpose folded
+// into an add tree.
+inline __m512 sum_lanes16(const float* x) {
+  __m512 v[16], pairs[8], quads[4];
+  for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_ps(x + 16 * i);
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: partial sums of v[2i], v[2i+1], v[2i], v[2i+1]
+    pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; ++i)  // per 128-bit lane: partial sums of v[4i .. 4i+3]
+    quads[i] = _mm512_add_ps(unpacklo_pd(pairs[2 * i], pairs[2 * i + 1]),
+                             unpackhi_pd(pairs[2 * i], pairs[2 * i + 1]));
+  // Add the four 128-bit lanes of each quad; quad i lands in lane i.
+  __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], 0x88),
+                             _mm512_shuffle_f32x4(quads[0], quads[1], 0xDD));
+  __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], 0x88),
+                             _mm512_shuffle_f32x4(quads[2], quads[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
 }
 
 // Online-softmax update of one row: s[0:ldt] scores in, probabilities out (zero past
@@ -209,7 +229,111 @@ void sub_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t
   }
 }
 
+// Brings a row of `floats` into L2 (the V rows, fetched in order during the K pass).
+inline void fetch_row(const float* row, int64_t floats) {
+  for (int64_t i = 0; i < floats; i += 16) _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T1);
+}
+
+// acc[r] += sum_j p[r * 16 + j] v_j for R rows of one head (16 * V dims), j < count.
+template <int R, int V>
+void add_pv(const float* p, int64_t count, const float* v, int64_t ldv, float* acc) {
+  __m512 a[R][V];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int c = 0; c < V; ++c) a[r][c] = _mm512_loadu_ps(acc + r * 16 * V + 16 * c);
+  for (int64_t j = 0; j < count; ++j) {
+    __m512 pj[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) pj[r] = _mm512_set1_ps(p[r * 16 + j]);
+#pragma GCC unroll 16
+    for (int c = 0; c < V; ++c) {
+      __m512 vc = _mm512_loadu_ps(v + j * ldv + 16 * c);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) a[r][c] = _mm512_fmadd_ps(pj[r], vc, a[r][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int c = 0; c < V; ++c) _mm512_storeu_ps(acc + r * 16 * V + 16 * c, a[r][c]);
+}
+
+// attention_block_all_heads for head_dim = 16 * V, 16 positions at a time: a pass over the K
+// rows in memory order (a head's slice of a row sits in V registers while every query row of
+// the head uses it) that also fetches the V rows, the softmax update, then P.V head by head
+// from cache.
+template <int V>
+void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, int64_t rows,
+               int64_t first_end, const float* k, const float* v, int64_t ldkv, int64_t p0,
+               int64_t p1, float scale, float* m, float* l, float* acc, float* scratch) {
+  constexpr int64_t kHeadDim = 16 * V;
+  const int64_t n_rows = n_kv_heads * rows;  // (KV head, row) pairs, head-major like m, l, acc
+  float* dots = scratch;                     // [n_rows][16 positions][16 lanes]
+  float* p = dots + n_rows * 256;            // [n_rows][16] scores, then probabilities
+  const __m512 vscale = _mm512_set1_ps(scale);
+
+  for (int64_t j0 = p0; j0 < p1; j0 += 16) {
+    const int64_t count = std::min<int64_t>(16, p1 - j0);
+    // dots[i][j] = q_i * k_j lane-wise, one K row after the other.
+    for (int64_t j = 0; j < 16; ++j) {
+      const float* kj = k + (j0 + std::min(j, count - 1)) * ldkv;  // past count: scored, then masked
+      if (j < count) fetch_row(v + (j0 + j) * ldkv, n_kv_heads * kHeadDim);
+      for (int64_t h = 0; h < n_kv_heads; ++h) {
+        __m512 kc[V];
+#pragma GCC unroll 16
+        for (int c = 0; c < V; ++c) kc[c] = _mm512_loadu_ps(kj + h * kHeadDim + 16 * c);
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* qr = q + (r / group) * ldq + (h * group + r % group) * kHeadDim;
+          __m512 even = _mm512_setzero_ps(), odd = _mm512_setzero_ps();  // two chains, not one
+#pragma GCC unroll 16
+          for (int c = 0; c < V; c += 2) {
+            even = _mm512_fmadd_ps(_mm512_loadu_ps(qr + 16 * c), kc[c], even);
+            odd = _mm512_fmadd_ps(_mm512_loadu_ps(qr + 16 * c + 16), kc[c + 1], odd);
+          }
+          _mm512_storeu_ps(dots + ((h * rows + r) * 16 + j) * 16, _mm512_add_ps(even, odd));
+        }
+      }
+    }
+    // Scores, the online-softmax update, and the old output scaled to the new maximum.
+    for (int64_t i = 0; i < n_rows; ++i) {
+      _mm512_storeu_ps(p + i * 16, _mm512_mul_ps(sum_lanes16(dots + i * 256), vscale));
+      int64_t visible = std::min(count, first_end + (i % rows) / group - j0);
+      float correction = softmax_row(p + i * 16, visible, 16, m[i], l[i]);
+      if (correction != 1.0f)
+        for (int c = 0; c < V; ++c) {
+          float* a = acc + i * kHeadDim + 16 * c;
+          _mm512_storeu_ps(a, _mm512_mul_ps(_mm512_loadu_ps(a), _mm512_set1_ps(correction)));
+        }
+    }
+    // acc_i += p_ij v_j head by head, from cache: the K pass above fetched the V rows.
+    for (int64_t h = 0; h < n_kv_heads; ++h)
+      for (int64_t r = 0; r < rows; r += 2) {
+        int64_t i = h * rows + r;
+        if (r + 1 < rows)
+          add_pv<2, V>(p + i * 16, count, v + j0 * ldkv + h * kHeadDim, ldkv, acc + i * kHeadDim);
+        else
+          add_pv<1, V>(p + i * 16, count, v + j0 * ldkv + h * kHeadDim, ldkv, acc + i * kHeadDim);
+      }
+  }
+}
+
 }  // namespace
+
+void attention_block_all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
+                               int64_t rows, int64_t first_end, const float* k, const float* v,
+                               int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim, float scale,
+                               float* m, float* l, float* acc, float* s) {
+  if (head_dim == 128)
+    return all_heads<8>(q, ldq, n_kv_heads, group, rows, first_end, k, v, ldkv, p0, p1, scale, m, l, acc, s);
+  if (head_dim == 64)
+    return all_heads<4>(q, ldq, n_kv_heads, group, rows, first_end, k, v, ldkv, p0, p1, scale, m, l, acc, s);
+  for (int64_t p = p0; p < p1; p += kMaxPositions)  // other head sizes: head by head
+    for (int64_t h = 0; h < n_kv_heads; ++h)
+      attention_block(q + h * group * head_dim, ldq, group, rows, first_end, k + h * head_dim,
+                      v + h * head_dim, ldkv, p, std::min(p1, p + kMaxPositions), head_dim, scale,
+                      m + h * rows, l + h * rows, acc + h * rows * head_dim, s);
+}
 
 void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
                      const float* k, const float* v, int64_t ldkv, int64_t p0, int64_t p1,

@@ -1,4 +1,5 @@
 // Reference flash-attention step (see isa_kernels.h for the contract).
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/isa_kernels.h"
@@ -37,6 +38,17 @@ void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, i
     l[r] = l[r] * correction + sum;
     m[r] = new_max;
   }
+}
+
+void attention_block_all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
+                               int64_t rows, int64_t first_end, const float* k, const float* v,
+                               int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim, float scale,
+                               float* m, float* l, float* acc, float* s) {
+  for (int64_t p = p0; p < p1; p += 64)
+    for (int64_t h = 0; h < n_kv_heads; ++h)
+      attention_block(q + h * group * head_dim, ldq, group, rows, first_end, k + h * head_dim,
+                      v + h * head_dim, ldkv, p, std::min(p1, p + 64), head_dim, scale, m + h * rows,
+                      l + h * rows, acc + h * rows * head_dim, s);
 }
 
 }  // namespace ellm::scalar

@@ -125,6 +125,27 @@ def main():
         argmax = [max(range(VOCAB), key=L[p * VOCAB:(p + 1) * VOCAB].__getitem__) for p in range(2, 7)]
         check(argmax == ids, "generate follows the argmax of logits")
 
+        # ellm bench: machine limits, then prefill and decode rows, each decode row judged against
+        # a read bandwidth taken next to it; --zero-context decodes at a context without a prefill.
+        bench_json = os.path.join(tmp, "bench.jsonl")
+        r = must("bench", "--model-path", tiny, "--prompt-lengths", "32", "--decode-batches", "1,2",
+                 "--decode-contexts", "32,300", "--zero-context", "--decode-steps", "4", "--busy", "false",
+                 "--json", bench_json)
+        rows = [json.loads(line) for line in open(bench_json)]
+        kinds = [(x["kind"], x.get("batch"), x.get("context")) for x in rows]
+        check(kinds == [("machine", None, None), ("decode", 1, 64), ("decode", 2, 64), ("prefill", None, None),
+                        ("decode_context", 1, 32), ("decode_context", 1, 300)], f"bench rows: {kinds}")
+        check(rows[0]["peak_flops"] > 0 and rows[0]["read_bandwidth"] > 0, "bench measures the machine")
+        decodes = [x for x in rows if x["kind"].startswith("decode")]
+        check(all(x["read_bandwidth_gbs"] > 0 and x["tokens_per_s"] > 0 and
+                  abs(x["fraction_of_bandwidth"] - x["achieved_bandwidth_gbs"] / x["read_bandwidth_gbs"]) < 1e-9
+                  for x in decodes), "each decode row: tokens/s, and bandwidth against its own reading")
+        check([x["context_filled_by"] for x in decodes if x["kind"] == "decode_context"] == ["prefill", "zeros"],
+              "a context that is also a prompt length is prefilled; the other one is zeros")
+        check(decodes[-1]["bytes_per_step"] > decodes[0]["bytes_per_step"],
+              "decode at context 300 reads more bytes per step (K/V) than at 64")
+        check("% of read" in r.stdout, "bench prints its table")
+
         # Bad input: non-zero exit and one line naming the file.
         empty = os.path.join(tmp, "empty")
         os.makedirs(empty)

@@ -130,6 +130,24 @@ TEST(Attention, DecodeSplitsLongContextAcrossMembers) {
   }
 }
 
+TEST(Attention, DecodeOverAllHeadsInMemoryOrder) {
+  // Decode sequences are one item over every KV head (attention_block_all_heads): groups 1, 2, 4
+  // and 8 (odd and even rows per head), head dims 128 and 64 (the register paths) and 80 (head by
+  // head), two queries at once, contexts that end mid-block of 16, and one KV head.
+  for (auto [heads, kv, hd] : {std::tuple{8, 8, 128}, std::tuple{16, 8, 128}, std::tuple{16, 4, 128},
+                               std::tuple{16, 2, 64}, std::tuple{8, 4, 80}, std::tuple{4, 1, 64}}) {
+    Problem p(heads, kv, hd, {{1, 1000}, {2, 37}, {1, 0}, {1, 16}});
+    for (Isa isa : supported_isas()) {
+      IsaScope scope(isa);
+      for (int members : {1, 2, 3}) {
+        p.run(members, nullptr);
+        p.expect_matches_naive(label(isa, members) + " heads=" + std::to_string(heads) +
+                               " kv=" + std::to_string(kv) + " hd=" + std::to_string(hd));
+      }
+    }
+  }
+}
+
 TEST(Attention, RealThreadTeam) {
   ThreadTeam team(3, /*pin=*/false);
   Problem prefill(16, 8, 128, {{50, 0}, {10, 30}});
