@@ -54,7 +54,7 @@ Plan make_plan(const AttentionShape& s, int n_members) {
   p.tile_queries = std::max<int64_t>(1, kTileRows / p.group);
   p.max_rows = p.tile_queries * p.group;
   // m, l, acc, then the block scratch (contract in isa_kernels.h).
-  int64_t block_scratch = std::max(std::max(p.max_rows, s.head_dim + 4) * kBlockPositions, p.max_rows * 272);
+  int64_t block_scratch = std::max(p.max_rows, s.head_dim + 4) * kBlockPositions;
   int64_t work = p.max_rows * (2 + s.head_dim) + block_scratch;
   p.work_floats = (work + 15) / 16 * 16;
   p.partial_floats = (p.max_rows * (s.head_dim + 2) + 15) / 16 * 16;

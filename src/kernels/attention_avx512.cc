@@ -105,11 +105,9 @@ void scores(const float* const* q, const float* kt, int64_t ldt, int64_t head_di
     for (int t = 0; t < V; ++t) _mm512_storeu_ps(s + i * ldt + 16 * t, _mm512_mul_ps(c[i][t], vscale));
 }
 
-// Lane j = the sum of the 16 floats of vector j, for the 16 vectors at `x`: a transpose folded
-// into an add tree.
-inline __m512 sum_lanes16(const float* x) {
-  __m512 v[16], pairs[8], quads[4];
-  for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_ps(x + 16 * i);
+// Lane j = the sum of the 16 floats of v[j]: a transpose folded into an add tree.
+inline __m512 sum_lanes16(const __m512* v) {
+  __m512 pairs[8], quads[4];
   for (int i = 0; i < 8; ++i)  // per 128-bit lane: partial sums of v[2i], v[2i+1], v[2i], v[2i+1]
     pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
                              _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
@@ -234,7 +232,7 @@ inline void fetch_row(const float* row, int64_t floats) {
   for (int64_t i = 0; i < floats; i += 16) _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T1);
 }
 
-// acc[r] += sum_j p[r * 16 + j] v_j for R rows of one head (16 * V dims), j < count.
+// acc[r] += sum_j p[j * 16 + r] v_j for R rows of one head (16 * V dims), j < count.
 template <int R, int V>
 void add_pv(const float* p, int64_t count, const float* v, int64_t ldv, float* acc) {
   __m512 a[R][V];
@@ -245,7 +243,7 @@ void add_pv(const float* p, int64_t count, const float* v, int64_t ldv, float* a
   for (int64_t j = 0; j < count; ++j) {
     __m512 pj[R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) pj[r] = _mm512_set1_ps(p[r * 16 + j]);
+    for (int r = 0; r < R; ++r) pj[r] = _mm512_set1_ps(p[j * 16 + r]);
 #pragma GCC unroll 16
     for (int c = 0; c < V; ++c) {
       __m512 vc = _mm512_loadu_ps(v + j * ldv + 16 * c);
@@ -259,62 +257,100 @@ void add_pv(const float* p, int64_t count, const float* v, int64_t ldv, float* a
     for (int c = 0; c < V; ++c) _mm512_storeu_ps(acc + r * 16 * V + 16 * c, a[r][c]);
 }
 
-// attention_block_all_heads for head_dim = 16 * V, 16 positions at a time: a pass over the K
-// rows in memory order (a head's slice of a row sits in V registers while every query row of
-// the head uses it) that also fetches the V rows, the softmax update, then P.V head by head
-// from cache.
-template <int V>
-void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, int64_t rows,
-               int64_t first_end, const float* k, const float* v, int64_t ldkv, int64_t p0,
-               int64_t p1, float scale, float* m, float* l, float* acc, float* scratch) {
+// attention_block_all_heads for head_dim = 16 * V and ROWS query rows per KV head, 16 positions
+// at a time. The (KV head, row) pairs go 16 at a time as the lanes of a vector (kHeads heads of
+// ROWS rows): a pass over the K rows in memory order gives, per position, the 16 pairs' scores
+// as one vector, the online softmax is lane-wise over positions, and P.V goes head by head from
+// cache (the K pass fetched the V rows).
+template <int V, int ROWS>
+void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
+                     int64_t first_end, const float* k, const float* v, int64_t ldkv, int64_t p0,
+                     int64_t p1, float scale, float* m, float* l, float* acc, float* scratch) {
   constexpr int64_t kHeadDim = 16 * V;
-  const int64_t n_rows = n_kv_heads * rows;  // (KV head, row) pairs, head-major like m, l, acc
-  float* dots = scratch;                     // [n_rows][16 positions][16 lanes]
-  float* p = dots + n_rows * 256;            // [n_rows][16] scores, then probabilities
-  const __m512 vscale = _mm512_set1_ps(scale);
-
+  constexpr int kHeads = 16 / ROWS;
+  float* p = scratch;  // [16 positions][16 lanes] probabilities
+  const __m512 vscale = _mm512_set1_ps(scale), minus_inf = _mm512_set1_ps(-INFINITY);
+  const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t j0 = p0; j0 < p1; j0 += 16) {
     const int64_t count = std::min<int64_t>(16, p1 - j0);
-    // dots[i][j] = q_i * k_j lane-wise, one K row after the other.
-    for (int64_t j = 0; j < 16; ++j) {
-      const float* kj = k + (j0 + std::min(j, count - 1)) * ldkv;  // past count: scored, then masked
-      if (j < count) fetch_row(v + (j0 + j) * ldkv, n_kv_heads * kHeadDim);
-      for (int64_t h = 0; h < n_kv_heads; ++h) {
-        __m512 kc[V];
+    for (int64_t h0 = 0; h0 < n_kv_heads; h0 += kHeads) {
+      const int64_t heads = std::min<int64_t>(kHeads, n_kv_heads - h0);
+      const __mmask16 lanes = tail_mask(heads * ROWS);
+      const float* qr[16];  // lane t: head h0 + t / ROWS (the last one again past the end), row t % ROWS
+      alignas(64) int32_t visible[16];  // positions of the block lane t may see
+      for (int t = 0; t < 16; ++t) {
+        int64_t h = h0 + std::min<int64_t>(t / ROWS, heads - 1), r = t % ROWS;
+        qr[t] = q + (r / group) * ldq + (h * group + r % group) * kHeadDim;
+        visible[t] = int32_t(std::clamp<int64_t>(first_end + r / group - j0, 0, count));
+      }
+      const __m512i vis = _mm512_load_si512(visible);
+
+      // s[j] lane t = scale * q_t . k_j, one K row after the other.
+      __m512 s[16];
+      for (int j = 0; j < 16; ++j) {
+        const float* kj = k + (j0 + std::min<int64_t>(j, count - 1)) * ldkv;
+        if (h0 == 0 && j < count) fetch_row(v + (j0 + j) * ldkv, n_kv_heads * kHeadDim);
+        __m512 dot[16];
 #pragma GCC unroll 16
-        for (int c = 0; c < V; ++c) kc[c] = _mm512_loadu_ps(kj + h * kHeadDim + 16 * c);
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* qr = q + (r / group) * ldq + (h * group + r % group) * kHeadDim;
-          __m512 even = _mm512_setzero_ps(), odd = _mm512_setzero_ps();  // two chains, not one
+        for (int hh = 0; hh < kHeads; ++hh) {
+          const float* kh = kj + (h0 + std::min<int64_t>(hh, heads - 1)) * kHeadDim;
+          __m512 kc[V];
 #pragma GCC unroll 16
-          for (int c = 0; c < V; c += 2) {
-            even = _mm512_fmadd_ps(_mm512_loadu_ps(qr + 16 * c), kc[c], even);
-            odd = _mm512_fmadd_ps(_mm512_loadu_ps(qr + 16 * c + 16), kc[c + 1], odd);
+          for (int c = 0; c < V; ++c) kc[c] = _mm512_loadu_ps(kh + 16 * c);
+#pragma GCC unroll 16
+          for (int r = 0; r < ROWS; ++r) {
+            const float* qt = qr[hh * ROWS + r];
+            __m512 d = _mm512_mul_ps(_mm512_loadu_ps(qt), kc[0]);
+#pragma GCC unroll 16
+            for (int c = 1; c < V; ++c) d = _mm512_fmadd_ps(_mm512_loadu_ps(qt + 16 * c), kc[c], d);
+            dot[hh * ROWS + r] = d;
           }
-          _mm512_storeu_ps(dots + ((h * rows + r) * 16 + j) * 16, _mm512_add_ps(even, odd));
+        }
+        s[j] = _mm512_mul_ps(sum_lanes16(dot), vscale);
+      }
+
+      // Online softmax, lane-wise. A lane that has seen no position keeps m = -inf, correction 1.
+      const int64_t i0 = h0 * ROWS;
+      __m512 m_old = _mm512_mask_loadu_ps(minus_inf, lanes, m + i0);
+      __m512 m_new = m_old;
+      for (int j = 0; j < 16; ++j) {
+        __mmask16 in = _mm512_cmpgt_epi32_mask(vis, _mm512_set1_epi32(j));
+        m_new = _mm512_mask_max_ps(m_new, in, m_new, s[j]);
+      }
+      __mmask16 seen = _mm512_cmp_ps_mask(m_new, minus_inf, _CMP_NEQ_OQ);
+      __m512 correction = _mm512_mask_blend_ps(seen, one, exp_ps(_mm512_sub_ps(m_old, m_new)));
+      __m512 sum = _mm512_setzero_ps();
+      for (int j = 0; j < 16; ++j) {
+        __mmask16 in = _mm512_cmpgt_epi32_mask(vis, _mm512_set1_epi32(j)) & seen;
+        __m512 pj = _mm512_maskz_mov_ps(in, exp_ps(_mm512_sub_ps(s[j], m_new)));
+        sum = _mm512_add_ps(sum, pj);
+        _mm512_storeu_ps(p + 16 * j, pj);
+      }
+      __m512 l_new = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(lanes, l + i0), correction, sum);
+      _mm512_mask_storeu_ps(l + i0, lanes, l_new);
+      _mm512_mask_storeu_ps(m + i0, lanes, m_new);
+      alignas(64) float corr[16];
+      _mm512_store_ps(corr, correction);
+      for (int64_t t = 0; t < heads * ROWS; ++t)
+        if (corr[t] != 1.0f)
+#pragma GCC unroll 16
+          for (int c = 0; c < V; ++c) {
+            float* a = acc + (i0 + t) * kHeadDim + 16 * c;
+            _mm512_storeu_ps(a, _mm512_mul_ps(_mm512_loadu_ps(a), _mm512_set1_ps(corr[t])));
+          }
+
+      // acc_t += p_tj v_j, head by head from cache, two rows at a time.
+      for (int64_t hh = 0; hh < heads; ++hh) {
+        const float* vh = v + j0 * ldkv + (h0 + hh) * kHeadDim;
+        for (int r = 0; r < ROWS; r += 2) {
+          int64_t t = hh * ROWS + r;
+          if (r + 1 < ROWS)
+            add_pv<2, V>(p + t, count, vh, ldkv, acc + (i0 + t) * kHeadDim);
+          else
+            add_pv<1, V>(p + t, count, vh, ldkv, acc + (i0 + t) * kHeadDim);
         }
       }
     }
-    // Scores, the online-softmax update, and the old output scaled to the new maximum.
-    for (int64_t i = 0; i < n_rows; ++i) {
-      _mm512_storeu_ps(p + i * 16, _mm512_mul_ps(sum_lanes16(dots + i * 256), vscale));
-      int64_t visible = std::min(count, first_end + (i % rows) / group - j0);
-      float correction = softmax_row(p + i * 16, visible, 16, m[i], l[i]);
-      if (correction != 1.0f)
-        for (int c = 0; c < V; ++c) {
-          float* a = acc + i * kHeadDim + 16 * c;
-          _mm512_storeu_ps(a, _mm512_mul_ps(_mm512_loadu_ps(a), _mm512_set1_ps(correction)));
-        }
-    }
-    // acc_i += p_ij v_j head by head, from cache: the K pass above fetched the V rows.
-    for (int64_t h = 0; h < n_kv_heads; ++h)
-      for (int64_t r = 0; r < rows; r += 2) {
-        int64_t i = h * rows + r;
-        if (r + 1 < rows)
-          add_pv<2, V>(p + i * 16, count, v + j0 * ldkv + h * kHeadDim, ldkv, acc + i * kHeadDim);
-        else
-          add_pv<1, V>(p + i * 16, count, v + j0 * ldkv + h * kHeadDim, ldkv, acc + i * kHeadDim);
-      }
   }
 }
 
@@ -324,11 +360,13 @@ void attention_block_all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, 
                                int64_t rows, int64_t first_end, const float* k, const float* v,
                                int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim, float scale,
                                float* m, float* l, float* acc, float* s) {
-  if (head_dim == 128)
-    return all_heads<8>(q, ldq, n_kv_heads, group, rows, first_end, k, v, ldkv, p0, p1, scale, m, l, acc, s);
-  if (head_dim == 64)
-    return all_heads<4>(q, ldq, n_kv_heads, group, rows, first_end, k, v, ldkv, p0, p1, scale, m, l, acc, s);
-  for (int64_t p = p0; p < p1; p += kMaxPositions)  // other head sizes: head by head
+  if ((head_dim == 128 || head_dim == 64) && (rows == 1 || rows == 2 || rows == 4 || rows == 8)) {
+    auto run = head_dim == 128
+                   ? (rows == 1 ? all_heads<8, 1> : rows == 2 ? all_heads<8, 2> : rows == 4 ? all_heads<8, 4> : all_heads<8, 8>)
+                   : (rows == 1 ? all_heads<4, 1> : rows == 2 ? all_heads<4, 2> : rows == 4 ? all_heads<4, 4> : all_heads<4, 8>);
+    return run(q, ldq, n_kv_heads, group, first_end, k, v, ldkv, p0, p1, scale, m, l, acc, s);
+  }
+  for (int64_t p = p0; p < p1; p += kMaxPositions)  // other shapes (no Qwen3 decode): head by head
     for (int64_t h = 0; h < n_kv_heads; ++h)
       attention_block(q + h * group * head_dim, ldq, group, rows, first_end, k + h * head_dim,
                       v + h * head_dim, ldkv, p, std::min(p1, p + kMaxPositions), head_dim, scale,
