@@ -35,7 +35,7 @@ using AllHeadsFn = decltype(&scalar::attention_block_all_heads);
 
 struct Kernels {
   BlockFn block;
-  AllHeadsFn all_heads;  // null: whole-sequence items run block head by head
+  AllHeadsFn all_heads;  // whole-sequence items (decode)
 };
 
 struct Plan {
@@ -144,7 +144,7 @@ void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& sha
   std::fill(acc, acc + rows * hd, 0.0f);
 
   int64_t first_end = seq.q_start + it.q0 + 1;
-  if (it.whole && kernels.all_heads)
+  if (it.whole && (hd == 64 || hd == 128) && (per_head == 1 || per_head == 2 || per_head == 4 || per_head == 8))
     kernels.all_heads(seq.q + it.q0 * shape.ldq, shape.ldq, it.heads, group, per_head, first_end,
                       seq.k, seq.v, shape.kv_row_stride, it.p0, it.p1, hd, shape.scale, m, l, acc, s);
   else
@@ -209,7 +209,7 @@ void merge_partials(const AttentionSeq* seqs, int64_t n_seqs, const AttentionSha
 Kernels kernels_for(Isa isa) {
   switch (isa) {
     case Isa::scalar: return {scalar::attention_block, scalar::attention_block_all_heads};
-    case Isa::avx2: return {avx2::attention_block, nullptr};
+    case Isa::avx2: return {avx2::attention_block, avx2::attention_block_all_heads};
     case Isa::avx512:
     case Isa::amx: return {avx512::attention_block, avx512::attention_block_all_heads};
   }

@@ -1,8 +1,10 @@
-// AVX2 flash-attention step (contract in isa_kernels.h) as small GEMMs, like the AVX-512 one:
-// the K block is transposed into the scratch ([head_dim][positions]), scores for 4 query rows x
-// 16 positions are 8 register accumulators fed by one broadcast q element per FMA row, then per
-// row the online-softmax update and O += P.V, 16 output dimensions at a time. head_dim not a
-// multiple of 8 goes to the scalar twin.
+// AVX2 flash attention (contracts in isa_kernels.h), the AVX-512 design in 8 lanes. Prefill
+// (attention_block) as small GEMMs: the K block is transposed into the scratch ([head_dim]
+// [positions]), scores for 4 query rows x 16 positions are 8 register accumulators fed by one
+// broadcast q element per FMA row, then per row the online-softmax update and O += P.V, 16
+// output dimensions at a time; head_dim not a multiple of 8 goes to the scalar twin. Decode
+// (attention_block_all_heads): 8 (KV head, row) pairs as the lanes of a vector, K and V rows
+// read in memory order.
 #include <algorithm>
 #include <cmath>
 
@@ -182,6 +184,107 @@ void sub_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t
   }
 }
 
+
+// ---- decode: every KV head, K and V in memory order (see the AVX-512 twin) ----
+
+// Lane j = the sum of the 8 floats of v[j].
+inline __m256 sum_lanes8(const __m256* v) {
+  __m256 a = _mm256_hadd_ps(v[0], v[1]), b = _mm256_hadd_ps(v[2], v[3]);
+  __m256 c = _mm256_hadd_ps(v[4], v[5]), d = _mm256_hadd_ps(v[6], v[7]);
+  __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);  // per 128-bit half: v0..v3, v4..v7
+  return _mm256_add_ps(_mm256_permute2f128_ps(ab, cd, 0x20), _mm256_permute2f128_ps(ab, cd, 0x31));
+}
+
+// acc += sum_j p[j * 8] v_j for one row of one head (16 * V dims), 8 vectors of dims at a time.
+template <int V>
+void add_pv_row(const float* p, int64_t count, const float* v, int64_t ldv, float* acc) {
+  for (int half = 0; half < V; half += 8) {
+    __m256 a[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) a[c] = _mm256_loadu_ps(acc + 8 * (half + c));
+    for (int64_t j = 0; j < count; ++j) {
+      __m256 pj = _mm256_set1_ps(p[j * 8]);
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) a[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + j * ldv + 8 * (half + c)), a[c]);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) _mm256_storeu_ps(acc + 8 * (half + c), a[c]);
+  }
+}
+
+// head_dim = 8 * V (V a multiple of 8), ROWS query rows per KV head; the (KV head, row) pairs go
+// 8 at a time as the lanes of a vector, 8 positions at a time.
+template <int V, int ROWS>
+void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, int64_t first_end,
+               const float* k, const float* v, int64_t ldkv, int64_t p0, int64_t p1, float scale,
+               float* m, float* l, float* acc, float* scratch) {
+  constexpr int64_t kHeadDim = 8 * V;
+  constexpr int kHeads = 8 / ROWS;
+  float* p = scratch;  // [8 positions][8 lanes] probabilities
+  const __m256 vscale = _mm256_set1_ps(scale), zero = _mm256_setzero_ps();
+  for (int64_t j0 = p0; j0 < p1; j0 += 8) {
+    const int64_t count = std::min<int64_t>(8, p1 - j0);
+    for (int64_t h0 = 0; h0 < n_kv_heads; h0 += kHeads) {
+      const int64_t heads = std::min<int64_t>(kHeads, n_kv_heads - h0), used = heads * ROWS;
+      const float* qr[8];  // lane t: head h0 + t / ROWS (the last one again past the end), row t % ROWS
+      alignas(32) int32_t visible[8];
+      for (int t = 0; t < 8; ++t) {
+        int64_t h = h0 + std::min<int64_t>(t / ROWS, heads - 1), r = t % ROWS;
+        qr[t] = q + (r / group) * ldq + (h * group + r % group) * kHeadDim;
+        visible[t] = int32_t(std::clamp<int64_t>(first_end + r / group - j0, 0, count));
+      }
+      const __m256i vis = _mm256_load_si256(reinterpret_cast<const __m256i*>(visible));
+      auto in_block = [&](int j) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(vis, _mm256_set1_epi32(j))); };
+
+      __m256 s[8];  // s[j] lane t = scale * q_t . k_j, one K row after the other
+      for (int j = 0; j < 8; ++j) {
+        const float* kj = k + (j0 + std::min<int64_t>(j, count - 1)) * ldkv;
+        if (h0 == 0 && j < count)
+          for (int64_t i = 0; i < n_kv_heads * kHeadDim; i += 16)
+            _mm_prefetch(reinterpret_cast<const char*>(v + (j0 + j) * ldkv + i), _MM_HINT_T1);
+        __m256 dot[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; ++t) {
+          const float* kh = kj + (h0 + std::min<int64_t>(t / ROWS, heads - 1)) * kHeadDim;
+          __m256 d = _mm256_mul_ps(_mm256_loadu_ps(qr[t]), _mm256_loadu_ps(kh));
+          for (int c = 1; c < V; ++c) d = _mm256_fmadd_ps(_mm256_loadu_ps(qr[t] + 8 * c), _mm256_loadu_ps(kh + 8 * c), d);
+          dot[t] = d;
+        }
+        s[j] = _mm256_mul_ps(sum_lanes8(dot), vscale);
+      }
+
+      // Online softmax, lane-wise; a lane that has seen no position keeps m = -inf.
+      const int64_t i0 = h0 * ROWS;
+      alignas(32) float m_lanes[8], l_lanes[8], corr[8];
+      for (int t = 0; t < 8; ++t) m_lanes[t] = t < used ? m[i0 + t] : -INFINITY, l_lanes[t] = t < used ? l[i0 + t] : 0.0f;
+      __m256 m_old = _mm256_load_ps(m_lanes), m_new = m_old;
+      for (int j = 0; j < 8; ++j) m_new = _mm256_blendv_ps(m_new, _mm256_max_ps(m_new, s[j]), in_block(j));
+      __m256 seen = _mm256_cmp_ps(m_new, _mm256_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+      __m256 correction = _mm256_blendv_ps(_mm256_set1_ps(1.0f), exp_ps(_mm256_sub_ps(m_old, m_new)), seen);
+      __m256 sum = zero;
+      for (int j = 0; j < 8; ++j) {
+        __m256 pj = _mm256_and_ps(exp_ps(_mm256_sub_ps(s[j], m_new)), _mm256_and_ps(in_block(j), seen));
+        sum = _mm256_add_ps(sum, pj);
+        _mm256_storeu_ps(p + 8 * j, pj);
+      }
+      _mm256_store_ps(l_lanes, _mm256_fmadd_ps(_mm256_load_ps(l_lanes), correction, sum));
+      _mm256_store_ps(m_lanes, m_new);
+      _mm256_store_ps(corr, correction);
+      for (int64_t t = 0; t < used; ++t) {
+        m[i0 + t] = m_lanes[t], l[i0 + t] = l_lanes[t];
+        if (corr[t] != 1.0f)
+          for (int c = 0; c < V; ++c) {
+            float* a = acc + (i0 + t) * kHeadDim + 8 * c;
+            _mm256_storeu_ps(a, _mm256_mul_ps(_mm256_loadu_ps(a), _mm256_set1_ps(corr[t])));
+          }
+      }
+
+      for (int64_t t = 0; t < used; ++t)  // acc_t += p_tj v_j, from cache
+        add_pv_row<V>(p + t, count, v + j0 * ldkv + (h0 + t / ROWS) * kHeadDim, ldkv, acc + (i0 + t) * kHeadDim);
+    }
+  }
+}
+
 }  // namespace
 
 void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
@@ -194,6 +297,17 @@ void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, i
   for (int64_t p = p0; p < p1; p += kMaxPositions)
     sub_block(q, ldq, group, rows, first_end, k, v, ldkv, p, std::min(p1, p + kMaxPositions), head_dim,
               scale, m, l, acc, s);
+}
+
+void attention_block_all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
+                               int64_t rows, int64_t first_end, const float* k, const float* v,
+                               int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim, float scale,
+                               float* m, float* l, float* acc, float* s) {
+  // The driver calls it for head_dim 64 or 128 and rows 1, 2, 4 or 8 only.
+  auto run = head_dim == 128
+                 ? (rows == 1 ? all_heads<16, 1> : rows == 2 ? all_heads<16, 2> : rows == 4 ? all_heads<16, 4> : all_heads<16, 8>)
+                 : (rows == 1 ? all_heads<8, 1> : rows == 2 ? all_heads<8, 2> : rows == 4 ? all_heads<8, 4> : all_heads<8, 8>);
+  return run(q, ldq, n_kv_heads, group, first_end, k, v, ldkv, p0, p1, scale, m, l, acc, s);
 }
 
 }  // namespace ellm::avx2

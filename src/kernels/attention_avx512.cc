@@ -360,17 +360,11 @@ void attention_block_all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, 
                                int64_t rows, int64_t first_end, const float* k, const float* v,
                                int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim, float scale,
                                float* m, float* l, float* acc, float* s) {
-  if ((head_dim == 128 || head_dim == 64) && (rows == 1 || rows == 2 || rows == 4 || rows == 8)) {
-    auto run = head_dim == 128
-                   ? (rows == 1 ? all_heads<8, 1> : rows == 2 ? all_heads<8, 2> : rows == 4 ? all_heads<8, 4> : all_heads<8, 8>)
-                   : (rows == 1 ? all_heads<4, 1> : rows == 2 ? all_heads<4, 2> : rows == 4 ? all_heads<4, 4> : all_heads<4, 8>);
-    return run(q, ldq, n_kv_heads, group, first_end, k, v, ldkv, p0, p1, scale, m, l, acc, s);
-  }
-  for (int64_t p = p0; p < p1; p += kMaxPositions)  // other shapes (no Qwen3 decode): head by head
-    for (int64_t h = 0; h < n_kv_heads; ++h)
-      attention_block(q + h * group * head_dim, ldq, group, rows, first_end, k + h * head_dim,
-                      v + h * head_dim, ldkv, p, std::min(p1, p + kMaxPositions), head_dim, scale,
-                      m + h * rows, l + h * rows, acc + h * rows * head_dim, s);
+  // The driver calls it for head_dim 64 or 128 and rows 1, 2, 4 or 8 only.
+  auto run = head_dim == 128
+                 ? (rows == 1 ? all_heads<8, 1> : rows == 2 ? all_heads<8, 2> : rows == 4 ? all_heads<8, 4> : all_heads<8, 8>)
+                 : (rows == 1 ? all_heads<4, 1> : rows == 2 ? all_heads<4, 2> : rows == 4 ? all_heads<4, 4> : all_heads<4, 8>);
+  return run(q, ldq, n_kv_heads, group, first_end, k, v, ldkv, p0, p1, scale, m, l, acc, s);
 }
 
 void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,

@@ -38,7 +38,8 @@ namespace avx512 { ELLM_ISA_KERNELS }
 // attention_block for every KV head at once, for a few query rows (decode): q, m, l and acc are
 // head-major ([n_kv_heads][rows], the head's q at q + h * group * head_dim), k and v point at
 // position 0 of head 0. Any p1 - p0; s is scratch of what attention_block needs (at least 256
-// floats). Reads each position's K and V row once, front to back.
+// floats). Reads each position's K and V row once, front to back. The SIMD versions take
+// head_dim 64 or 128 and rows 1, 2, 4 or 8 (every Qwen3 decode shape); the scalar one any.
 #define ELLM_ALL_HEADS_KERNEL                                                                     \
   void attention_block_all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,  \
                                  int64_t rows, int64_t first_end, const float* k, const float* v, \
@@ -46,6 +47,7 @@ namespace avx512 { ELLM_ISA_KERNELS }
                                  float scale, float* m, float* l, float* acc, float* s);
 
 namespace scalar { ELLM_ALL_HEADS_KERNEL }
+namespace avx2 { ELLM_ALL_HEADS_KERNEL }
 namespace avx512 { ELLM_ALL_HEADS_KERNEL }
 
 #undef ELLM_ALL_HEADS_KERNEL

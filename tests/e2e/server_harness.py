@@ -50,7 +50,7 @@ class Server:
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=timeout)
 
-    def request(self, method, path, body=None, headers=None, raw=None):
+    def request(self, method, path, body=None, headers=None, raw=None, timeout=60):
         """Returns (status, parsed JSON or text)."""
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         h = {"Content-Type": "application/json"}
@@ -59,7 +59,7 @@ class Server:
         h.update(headers or {})
         req = urllib.request.Request(self.base + path, data=data, method=method, headers=h)
         try:
-            with urllib.request.urlopen(req, timeout=60) as r:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
                 status, text = r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             status, text = e.code, e.read().decode()
