@@ -1,6 +1,7 @@
 // ellm bench: the machine's own limits, then prefill and decode speed of a model folder,
 // reported as JSON lines and a readable table, each figure beside the limit it is bound by.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -170,15 +172,49 @@ struct Bench {
   }
 };
 
-// A process that keeps one core busy until killed: the "shared machine" case.
-pid_t start_busy_process() {
-  pid_t pid = fork();
-  if (pid == 0) {
-    volatile uint64_t x = 0;
-    for (;;) x = x + 1;
+// A process that keeps one core busy: the "shared machine" case. It is forked before the model
+// is loaded and waits on a pipe until start(). Forked later, it would share the parent's pages
+// copy-on-write, and the parent would pay a page copy for every page it wrote during the run.
+class BusyProcess {
+ public:
+  BusyProcess() {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      close(fds[1]);
+      char go = 0;
+      if (read(fds[0], &go, 1) != 1) _exit(0);  // the parent ended without a start()
+      volatile uint64_t x = 0;
+      for (;;) x = x + 1;
+    }
+    close(fds[0]);
+    start_fd_ = fds[1];
   }
-  return pid;
-}
+  ~BusyProcess() { stop(); }
+  BusyProcess(const BusyProcess&) = delete;
+  BusyProcess& operator=(const BusyProcess&) = delete;
+
+  bool ready() const { return pid_ > 0 && start_fd_ >= 0; }
+  void start() {
+    char go = 1;
+    if (ready() && write(start_fd_, &go, 1) != 1) stop();
+  }
+  void stop() {
+    if (start_fd_ >= 0) close(start_fd_);
+    start_fd_ = -1;
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int start_fd_ = -1;
+};
 
 void print_table(const std::vector<json>& rows, const json& machine) {
   std::printf("\nmachine: %s, %d threads, peak %.0f GFLOP/s (BF16), read bandwidth %.1f GB/s\n",
@@ -256,6 +292,8 @@ int cmd_bench(int argc, char** argv) {
     return app.exit(e);
   }
   if (threads <= 0) threads = physical_core_count();
+  std::unique_ptr<BusyProcess> busy_process;
+  if (busy) busy_process = std::make_unique<BusyProcess>();  // while this process is small
   std::vector<int64_t> lengths = parse_list(prompt_lengths), batch_list = parse_list(batches),
                        context_list = parse_list(contexts);
 
@@ -300,11 +338,12 @@ int cmd_bench(int argc, char** argv) {
     for (int32_t slot = 0; slot < batch; ++slot) bench.run(bench.sequence(slot, 0, short_context));
     emit(bench.decode(batch, short_context, steps, "decode"));
   }
-  if (busy) {
-    pid_t child = start_busy_process();
+  if (busy && !busy_process->ready())
+    std::fprintf(stderr, "warning: could not start the busy process; no decode_busy row\n");
+  if (busy && busy_process->ready()) {
+    busy_process->start();
     emit(bench.decode(1, short_context, steps, "decode_busy"));
-    kill(child, SIGKILL);
-    waitpid(child, nullptr, 0);
+    busy_process->stop();
   }
   // Prefill each length into slot 0; a decode context equal to a prefill length reuses it.
   std::vector<int64_t> all_lengths = lengths;

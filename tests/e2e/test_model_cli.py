@@ -146,6 +146,22 @@ def main():
               "decode at context 300 reads more bytes per step (K/V) than at 64")
         check("% of read" in r.stdout, "bench prints its table")
 
+        # The busy row: another process spins on a core during one decode run, and is gone after.
+        busy_json = os.path.join(tmp, "bench-busy.jsonl")
+        must("bench", "--model-path", tiny, "--prompt-lengths", "", "--decode-batches", "1",
+             "--decode-contexts", "", "--decode-steps", "4", "--json", busy_json)
+        rows = [json.loads(line) for line in open(busy_json)]
+        check([x["kind"] for x in rows] == ["machine", "decode", "decode_busy"] and rows[2]["tokens_per_s"] > 0,
+              f"bench measures decode with a busy core: {[x['kind'] for x in rows]}")
+        left = []
+        for pid in os.listdir("/proc"):
+            try:
+                if pid.isdigit() and busy_json.encode() in open(f"/proc/{pid}/cmdline", "rb").read():
+                    left.append(pid)
+            except OSError:
+                pass
+        check(not left, f"no busy process is left running after bench: {left}")
+
         # Bad input: non-zero exit and one line naming the file.
         empty = os.path.join(tmp, "empty")
         os.makedirs(empty)
