@@ -8,20 +8,27 @@
 
 #include <time.h>
 
+#include <algorithm>
+
 #include "base/cpu.h"
 
 namespace ellm {
 namespace {
 
 constexpr int kSpinIterations = 20000;
-// Contention check: time every kSampleEvery-th run; over kWindow samples, a caller that did its
-// own work for less than kMinCpuShare of the wall time (it was off its core, or waited for a
-// member that was) means the cores are shared: run solo for kSoloSeconds (time, not runs: one
-// run of a long prefill can take seconds), then try the team again.
+// Contention check: time every kSampleEvery-th run. Run solo, the caller would take about n times
+// its own share; over kWindow samples, when that beats the team's wall time by kSoloMargin the
+// cores are shared (another process on a worker's core brings the caller's share of the wall time
+// to about 0.2 with two members; on a quiet VM it dips to 0.5 at worst). Then run solo for a
+// while (time, not runs: one run of a long prefill can take seconds) and try the team again;
+// each retry that finds the cores still shared doubles the solo time, up to kMaxSoloSeconds.
+// The first switch takes two shared windows in a row: on a VM, the first runs after an idle
+// spell can be slow enough to look shared.
 constexpr int kSampleEvery = 8;
 constexpr int kWindow = 64;
-constexpr double kMinCpuShare = 0.75;
-constexpr double kSoloSeconds = 0.5;
+constexpr double kSoloMargin = 0.8;
+constexpr double kMinSoloSeconds = 0.5;
+constexpr double kMaxSoloSeconds = 4.0;
 
 double thread_cpu_seconds() {
   timespec t;
@@ -99,6 +106,7 @@ void ThreadTeam::run_erased(Task task, void* ctx) {
       return;
     }
     solo_until_ = 0;
+    retrying_ = true;
   }
   if (!adaptive_ || ++runs_ % kSampleEvery != 0) return run_team(task, ctx, nullptr);
   double wall = wall_seconds(), cpu = thread_cpu_seconds();
@@ -111,7 +119,15 @@ void ThreadTeam::note_timing(double wall, double working) {
   sampled_wall_ += wall;
   sampled_working_ += working;
   if (++samples_ < kWindow) return;
-  if (sampled_working_ < kMinCpuShare * sampled_wall_) solo_until_ = wall_seconds() + kSoloSeconds;
+  bool shared = double(n_) * sampled_working_ < kSoloMargin * sampled_wall_;
+  shared_windows_ = shared ? shared_windows_ + 1 : 0;
+  if (shared && (retrying_ || shared_windows_ >= 2)) {
+    shared_windows_ = 0;
+    solo_seconds_ = retrying_ ? std::min(2 * solo_seconds_, kMaxSoloSeconds) : kMinSoloSeconds;
+    solo_until_ = wall_seconds() + solo_seconds_;
+    ++solo_switches_;
+  }
+  retrying_ = false;
   samples_ = 0;
   sampled_wall_ = sampled_working_ = 0;
 }

@@ -11,15 +11,18 @@
 //
 // When the machine is shared anyway (another process wants one of our cores), a team of n
 // threads fights it for the cores and every run waits for whichever member is off its core.
-// The team notices this from the caller's CPU time falling behind the wall time inside run():
-// it then runs solo for a while (the caller runs every share, the workers sleep), which leaves
-// a core to the other process and keeps one fully ours; then it tries the team again. Workers
-// are pinned one per core; the caller is not, so the OS can move it to the free core.
+// The team notices this from the caller's CPU time falling behind the wall time inside run(),
+// so far that running alone would be faster: it then runs solo for a while (the caller runs
+// every share, the workers sleep), which leaves a core to the other process and keeps one fully
+// ours; then it tries the team again, and stays solo longer each time the cores are still
+// shared. Workers are pinned one per core; the caller is not, so the OS can move it to the free
+// core.
 #include <sched.h>
 
 #include <atomic>
 #include <cstdint>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace ellm {
@@ -33,11 +36,15 @@ class ThreadTeam {
   ThreadTeam& operator=(const ThreadTeam&) = delete;
 
   int size() const { return n_; }
+  // How many times the contention check has sent the team solo.
+  int64_t solo_switches() const { return solo_switches_.load(std::memory_order_relaxed); }
 
   // fn(int member, int n_members). No allocation: fn is passed by reference.
   template <class Fn>
   void run(Fn&& fn) {
-    run_erased([](void* ctx, int member, int n) { (*static_cast<Fn*>(ctx))(member, n); }, &fn);
+    using Callable = std::remove_reference_t<Fn>;
+    run_erased([](void* ctx, int member, int n) { (*static_cast<Callable*>(ctx))(member, n); },
+               const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
  private:
@@ -67,6 +74,10 @@ class ThreadTeam {
   int samples_ = 0;
   double sampled_wall_ = 0, sampled_working_ = 0;
   double solo_until_ = 0;  // wall clock (CLOCK_MONOTONIC seconds) until which runs are solo
+  double solo_seconds_ = 0;  // the last solo period's length
+  bool retrying_ = false;    // the team is back after a solo period; this window decides
+  int shared_windows_ = 0;   // consecutive windows that found the cores shared
+  std::atomic<int64_t> solo_switches_{0};
 };
 
 // Splits [0, total) into n near-equal parts; returns member's [begin, end).

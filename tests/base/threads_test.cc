@@ -4,7 +4,10 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -153,6 +156,57 @@ TEST(ThreadTeam, CallerRunsTheSharesOfAStalledWorker) {
   EXPECT_EQ(hits[0].load(), 400);
   EXPECT_EQ(hits[1].load(), 400);
   sigaction(SIGUSR1, &previous, nullptr);
+}
+
+// Another process spinning on the worker's core makes every team run wait for the worker; the
+// contention check sees it and sends the team solo (leaving that core to the other process).
+// The spinner starts once the team has warmed up, so a quiet start cannot pass the test.
+TEST(ThreadTeam, GoesSoloWhileAnotherProcessHoldsAWorkersCore) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  if (CPU_COUNT(&allowed) < 2) GTEST_SKIP() << "needs two CPUs";
+  int worker_cpu = -1;  // member 1 is pinned to the second CPU of the creator's mask
+  for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE && worker_cpu < 0; ++cpu)
+    if (CPU_ISSET(cpu, &allowed) && seen++ == 1) worker_cpu = cpu;
+
+  int start_pipe[2];
+  ASSERT_EQ(pipe(start_pipe), 0);
+  pid_t spinner = fork();  // before the team exists: the child never sees its threads
+  ASSERT_GE(spinner, 0);
+  if (spinner == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(start_pipe[1]);
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(worker_cpu, &one);
+    sched_setaffinity(0, sizeof(one), &one);
+    char go = 0;
+    if (read(start_pipe[0], &go, 1) != 1) _exit(0);
+    volatile uint64_t x = 0;
+    for (;;) x = x + 1;
+  }
+  close(start_pipe[0]);
+
+  ThreadTeam team(2);
+  std::atomic<uint64_t> sink{0};
+  auto work = [&](int, int) {  // tens of microseconds per share, like a decode step's operations
+    uint64_t x = 0;
+    for (int i = 0; i < 20000; ++i) x = x * 6364136223846793005ull + 1442695040888963407ull;
+    sink.fetch_add(x, std::memory_order_relaxed);
+  };
+  for (int i = 0; i < 4000; ++i) team.run(work);
+  int64_t quiet_switches = team.solo_switches();
+  char go = 1;
+  ASSERT_EQ(write(start_pipe[1], &go, 1), 1);
+  auto start = std::chrono::steady_clock::now();
+  while (team.solo_switches() == quiet_switches &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(10))
+    team.run(work);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  kill(spinner, SIGKILL);
+  waitpid(spinner, nullptr, 0);
+  close(start_pipe[1]);
+  EXPECT_GT(team.solo_switches(), quiet_switches) << "no switch to solo in " << seconds << " s";
 }
 
 }  // namespace ellm
