@@ -15,26 +15,24 @@
 namespace ellm {
 namespace {
 
-constexpr int kSpinIterations = 20000;
-// Contention check: time every kSampleEvery-th run. Run solo, the caller would take about n times
-// its own share; over kWindow samples, when that beats the team's wall time by kSoloMargin the
-// cores are shared (another process on a worker's core brings the caller's share of the wall time
-// to about 0.2 with two members; on a quiet VM it dips to 0.5 at worst). Then run solo for a
-// while (time, not runs: one run of a long prefill can take seconds) and try the team again;
-// each retry that finds the cores still shared doubles the solo time, up to kMaxSoloSeconds.
-// The first switch takes two shared windows in a row: on a VM, the first runs after an idle
-// spell can be slow enough to look shared.
+// A waiting thread spins this long before it sleeps: longer than the gaps inside a decode step
+// (the members of a large GEMV finish up to a few hundred microseconds apart), so a quiet
+// machine makes no system call per token; short enough that an idle team soon sleeps.
+constexpr double kSpinSeconds = 2e-3;
+// Contention check: every kSampleEvery-th run, each share's wall time is taken by whichever
+// thread runs it (CLOCK_MONOTONIC, a vDSO read, not a system call). Over kWindow samples, the
+// member with the least share time tells how long the work takes on a core of its own; running
+// solo would take about n times that. When that beats the team's wall time by kSoloMargin, some
+// member is sharing its core with another process (its shares stretch by whole scheduler time
+// slices): run solo for a while (time, not runs: one run of a long prefill can take seconds),
+// then try the team again; each retry that finds the cores still shared doubles the solo time,
+// up to kMaxSoloSeconds. The first switch takes two shared windows in a row: on a VM, the first
+// runs after an idle spell can be slow enough to look shared.
 constexpr int kSampleEvery = 8;
 constexpr int kWindow = 64;
 constexpr double kSoloMargin = 0.8;
 constexpr double kMinSoloSeconds = 0.5;
 constexpr double kMaxSoloSeconds = 4.0;
-
-double thread_cpu_seconds() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
 
 double wall_seconds() {
   timespec t;
@@ -62,6 +60,22 @@ void pin_to_cpu(int index, const cpu_set_t& allowed) {
 
 inline void cpu_relax() { __builtin_ia32_pause(); }
 
+// Spins until done() or kSpinSeconds have passed; returns done(). Reads the clock (a vDSO call)
+// once every 64 pauses.
+template <class Done>
+bool spin_until(Done&& done) {
+  double give_up = 0;
+  for (int spin = 0;; ++spin) {
+    if (done()) return true;
+    if (spin % 64 == 0) {
+      double now = wall_seconds();
+      if (give_up == 0) give_up = now + kSpinSeconds;
+      else if (now > give_up) return false;
+    }
+    cpu_relax();
+  }
+}
+
 // Direct futex calls: libstdc++ 12's std::atomic::wait can lose wake-ups.
 template <class T>
 void futex_wait(std::atomic<T>& word, T expected) {
@@ -79,7 +93,11 @@ void futex_wake_all(std::atomic<T>& word) {
 }  // namespace
 
 ThreadTeam::ThreadTeam(int n_threads, bool pin, bool adaptive)
-    : n_(n_threads < 1 ? 1 : n_threads), adaptive_(adaptive), claimed_(size_t(n_)) {
+    : n_(n_threads < 1 ? 1 : n_threads),
+      adaptive_(adaptive),
+      claimed_(size_t(n_)),
+      share_seconds_(size_t(n_)),
+      sampled_share_(size_t(n_)) {
   pinned_ = pin && n_ > 1 && sched_getaffinity(0, sizeof(creator_cpus_), &creator_cpus_) == 0;
   for (int member = 1; member < n_; ++member)
     threads_.emplace_back([this, member] {
@@ -108,18 +126,19 @@ void ThreadTeam::run_erased(Task task, void* ctx) {
     solo_until_ = 0;
     retrying_ = true;
   }
-  if (!adaptive_ || ++runs_ % kSampleEvery != 0) return run_team(task, ctx, nullptr);
-  double wall = wall_seconds(), cpu = thread_cpu_seconds();
-  double own_done_cpu = 0;  // the caller's CPU clock when its own (and taken) shares were done
-  run_team(task, ctx, &own_done_cpu);
-  note_timing(wall_seconds() - wall, own_done_cpu - cpu);
+  timing_.store(adaptive_ && ++runs_ % kSampleEvery == 0, std::memory_order_relaxed);
+  if (!timing_.load(std::memory_order_relaxed)) return run_team(task, ctx);
+  double start = wall_seconds();
+  run_team(task, ctx);
+  note_timing(wall_seconds() - start);
 }
 
-void ThreadTeam::note_timing(double wall, double working) {
+void ThreadTeam::note_timing(double wall) {
   sampled_wall_ += wall;
-  sampled_working_ += working;
+  for (int member = 0; member < n_; ++member) sampled_share_[member] += share_seconds_[member];
   if (++samples_ < kWindow) return;
-  bool shared = double(n_) * sampled_working_ < kSoloMargin * sampled_wall_;
+  double least = *std::min_element(sampled_share_.begin(), sampled_share_.end());
+  bool shared = double(n_) * least < kSoloMargin * sampled_wall_;
   shared_windows_ = shared ? shared_windows_ + 1 : 0;
   if (shared && (retrying_ || shared_windows_ >= 2)) {
     shared_windows_ = 0;
@@ -129,23 +148,20 @@ void ThreadTeam::note_timing(double wall, double working) {
   }
   retrying_ = false;
   samples_ = 0;
-  sampled_wall_ = sampled_working_ = 0;
+  sampled_wall_ = 0;
+  std::fill(sampled_share_.begin(), sampled_share_.end(), 0.0);
 }
 
-void ThreadTeam::run_team(Task task, void* ctx, double* own_done_cpu) {
+void ThreadTeam::run_team(Task task, void* ctx) {
   task_ = task;
   ctx_ = ctx;
   pending_.store(n_ - 1, std::memory_order_relaxed);
   uint32_t generation = generation_.fetch_add(1, std::memory_order_seq_cst) + 1;
   if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(generation_);
-  task(ctx, 0, n_);
+  run_timed(0);
   for (int member = 1; member < n_; ++member)  // shares no worker has started yet
     if (claim(member, generation)) run_share(member);
-  if (own_done_cpu) *own_done_cpu = thread_cpu_seconds();
-  for (int spin = 0; spin < kSpinIterations; ++spin) {
-    if (pending_.load(std::memory_order_acquire) == 0) return;
-    cpu_relax();
-  }
+  if (spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) return;
   main_sleeping_.store(true, std::memory_order_seq_cst);
   for (int left; (left = pending_.load(std::memory_order_seq_cst)) != 0;)
     futex_wait(pending_, left);
@@ -156,11 +172,7 @@ void ThreadTeam::worker_loop(int member) {
   uint32_t seen = 0;  // the generation at construction: a run() may come before this thread starts
   for (;;) {
     uint32_t now = seen;
-    for (int spin = 0; spin < kSpinIterations; ++spin) {
-      now = generation_.load(std::memory_order_acquire);
-      if (now != seen) break;
-      cpu_relax();
-    }
+    spin_until([&] { return (now = generation_.load(std::memory_order_acquire)) != seen; });
     while (now == seen) {
       sleepers_.fetch_add(1, std::memory_order_seq_cst);
       futex_wait(generation_, seen);
@@ -184,8 +196,15 @@ bool ThreadTeam::claim(int member, uint32_t generation) {
   return false;
 }
 
-void ThreadTeam::run_share(int member) {
+void ThreadTeam::run_timed(int member) {
+  if (!timing_.load(std::memory_order_relaxed)) return task_(ctx_, member, n_);
+  double start = wall_seconds();
   task_(ctx_, member, n_);
+  share_seconds_[member] = wall_seconds() - start;
+}
+
+void ThreadTeam::run_share(int member) {
+  run_timed(member);
   if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
       main_sleeping_.load(std::memory_order_seq_cst))
     futex_wake_all(pending_);

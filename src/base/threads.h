@@ -11,12 +11,12 @@
 //
 // When the machine is shared anyway (another process wants one of our cores), a team of n
 // threads fights it for the cores and every run waits for whichever member is off its core.
-// The team notices this from the caller's CPU time falling behind the wall time inside run(),
-// so far that running alone would be faster: it then runs solo for a while (the caller runs
-// every share, the workers sleep), which leaves a core to the other process and keeps one fully
-// ours; then it tries the team again, and stays solo longer each time the cores are still
-// shared. Workers are pinned one per core; the caller is not, so the OS can move it to the free
-// core.
+// The team notices this from one member's shares taking much longer than another's (whole
+// scheduler time slices), so much that running alone would be faster: it then runs solo for a
+// while (the caller runs every share, the workers sleep), which leaves a core to the other
+// process and keeps one fully ours; then it tries the team again, and stays solo longer each
+// time the cores are still shared. Workers are pinned one per core; the caller is not, so the
+// OS can move it to the free core.
 #include <sched.h>
 
 #include <atomic>
@@ -53,8 +53,9 @@ class ThreadTeam {
   void worker_loop(int member);
   bool claim(int member, uint32_t generation);  // true for the first claim of a run's share
   void run_share(int member);                   // runs a claimed share and reports it done
-  void run_team(Task task, void* ctx, double* own_done_cpu);  // CPU clock when the caller's part ended
-  void note_timing(double wall, double working);  // contention check on a sampled run
+  void run_timed(int member);                   // runs a share, timing it on sampled runs
+  void run_team(Task task, void* ctx);
+  void note_timing(double wall);                // contention check on a sampled run
 
   int n_;
   bool adaptive_ = true;
@@ -69,10 +70,13 @@ class ThreadTeam {
   std::atomic<bool> main_sleeping_{false};
   std::atomic<bool> stop_{false};
   std::vector<std::atomic<uint32_t>> claimed_;  // per member: the last generation claimed
+  std::atomic<bool> timing_{false};              // this run is sampled: time every share
+  std::vector<double> share_seconds_;            // per member: its share's wall time this run
   // Contention check, touched by the caller only.
   uint64_t runs_ = 0;
   int samples_ = 0;
-  double sampled_wall_ = 0, sampled_working_ = 0;
+  double sampled_wall_ = 0;
+  std::vector<double> sampled_share_;  // per member: share wall time over the window
   double solo_until_ = 0;  // wall clock (CLOCK_MONOTONIC seconds) until which runs are solo
   double solo_seconds_ = 0;  // the last solo period's length
   bool retrying_ = false;    // the team is back after a solo period; this window decides

@@ -21,10 +21,14 @@ KvCache::KvCache(int64_t n_layers, int64_t n_slots, int64_t n_kv_heads, int64_t 
 }
 
 void KvCache::commit(int64_t slot, int64_t end_position, ThreadTeam& team) {
-  constexpr int64_t kCommitAhead = 64;  // positions: decode commits once every 64 steps at most
+  // Commit to the end of the huge page holding end_position - 1: that page is resident anyway
+  // (with transparent huge pages), and decode makes one call per layer and K/V every 512
+  // positions of Qwen3's 4 KiB rows, not every few.
   int64_t from = committed_[slot];
   if (end_position <= from) return;
-  int64_t to = std::min(max_positions_, (end_position + kCommitAhead - 1) / kCommitAhead * kCommitAhead);
+  const size_t huge = VirtualRegion::kHugePage;
+  size_t to_bytes = (size_t(end_position) * row_bytes() + huge - 1) / huge * huge;
+  int64_t to = std::min(max_positions_, int64_t((to_bytes + row_bytes() - 1) / row_bytes()));
   int64_t ranges = int64_t(layers_.size()) * 2;  // (layer, K or V)
   team.run([&](int member, int n_members) {
     auto [begin, end] = split_range(ranges, member, n_members);

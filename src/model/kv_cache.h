@@ -31,9 +31,9 @@ class KvCache {
   void note_written(int64_t slot, int64_t end_position) {
     if (end_position > written_[slot]) written_[slot] = end_position;
   }
-  // Faults in the pages for a slot's positions below end_position (and up to kCommitAhead
-  // beyond) before a pass writes them: one system call per layer and K/V, split over the team,
-  // instead of a page fault per page. Positions already committed cost nothing.
+  // Faults in the pages for a slot's positions below end_position (and on to the end of that
+  // huge page) before a pass writes them: one system call per layer and K/V, split over the
+  // team, instead of a page fault per page. Positions already committed cost nothing.
   void commit(int64_t slot, int64_t end_position, ThreadTeam& team);
   // Returns the pages of a slot's positions [from_position, max_positions) to the OS.
   void release(int64_t slot, int64_t from_position);
