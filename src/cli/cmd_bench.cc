@@ -2,6 +2,7 @@
 // reported as JSON lines and a readable table, each figure beside the limit it is bound by.
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -138,14 +139,17 @@ struct Bench {
     double bandwidth_before = read_bandwidth_now();
     model.reset_profile();
     uint64_t experts_before = model.expert_bytes_read();
-    double start = now_seconds();
-    for (int64_t s = 0; s < steps; ++s) {
-      std::vector<BatchToken> tokens;
+    std::vector<std::vector<BatchToken>> step_tokens(static_cast<size_t>(steps));
+    for (int64_t s = 0; s < steps; ++s)
       for (int32_t slot = 0; slot < batch; ++slot)
-        tokens.push_back({int32_t(s % 1000), slot, int32_t(context + s), true});
-      model.forward(tokens, logits.data());
-    }
+        step_tokens[size_t(s)].push_back({int32_t(s % 1000), slot, int32_t(context + s), true});
+    rusage usage_before{};
+    getrusage(RUSAGE_SELF, &usage_before);
+    double start = now_seconds();
+    for (int64_t s = 0; s < steps; ++s) model.forward(step_tokens[size_t(s)], logits.data());
     double seconds = now_seconds() - start;
+    rusage usage_after{};
+    getrusage(RUSAGE_SELF, &usage_after);
     double bandwidth = std::max(bandwidth_before, read_bandwidth_now());
     double bytes_per_step = bytes_read() / double(steps);
     double tps = double(batch * steps) / seconds;
@@ -156,7 +160,10 @@ struct Bench {
                 {"bytes_per_step", bytes_per_step},
                 {"achieved_bandwidth_gbs", bytes_per_step * double(steps) / seconds / 1e9},
                 {"read_bandwidth_gbs", bandwidth / 1e9},
-                {"fraction_of_bandwidth", bytes_per_step * double(steps) / seconds / bandwidth}};
+                {"fraction_of_bandwidth", bytes_per_step * double(steps) / seconds / bandwidth},
+                // A thread that waits past its spin sleeps in the kernel: a system call per sleep.
+                {"sleeps_per_step",
+                 double(usage_after.ru_nvcsw - usage_before.ru_nvcsw) / double(steps)}};
     row.update(profile_json(seconds));
     add_expert_figures(row, model.expert_bytes_read() - experts_before, double(batch * steps), steps);
     return row;
