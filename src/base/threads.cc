@@ -4,11 +4,13 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <time.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "base/cpu.h"
 
@@ -19,18 +21,16 @@ namespace {
 // (the members of a large GEMV finish up to a few hundred microseconds apart), so a quiet
 // machine makes no system call per token; short enough that an idle team soon sleeps.
 constexpr double kSpinSeconds = 2e-3;
-// Contention check: every kSampleEvery-th run, each share's wall time is taken by whichever
-// thread runs it (CLOCK_MONOTONIC, a vDSO read, not a system call). Over kWindow samples, the
-// member with the least share time tells how long the work takes on a core of its own; running
-// solo would take about n times that. When that beats the team's wall time by kSoloMargin, some
-// member is sharing its core with another process (its shares stretch by whole scheduler time
-// slices): run solo for a while (time, not runs: one run of a long prefill can take seconds),
-// then try the team again; each retry that finds the cores still shared doubles the solo time,
-// up to kMaxSoloSeconds. The first switch takes two shared windows in a row: on a VM, the first
-// runs after an idle spell can be slow enough to look shared.
-constexpr int kSampleEvery = 8;
-constexpr int kWindow = 64;
-constexpr double kSoloMargin = 0.8;
+// Contention check: every kCheckEvery-th team run reads the clock; once per kWindowSeconds it
+// reads each member thread's run-queue wait from /proc (schedstat: time spent runnable but not
+// running). A member that waited for its core for more than kMaxWaitShare of the window shares
+// that core with another process, and every team run waits for it: run solo for a while (time,
+// not runs: one run of a long prefill can take seconds), then try the team again; each retry
+// that finds the cores still shared doubles the solo time, up to kMaxSoloSeconds. On a quiet
+// machine the wait is near zero, and uneven shares of work do not look like contention.
+constexpr int kCheckEvery = 8;
+constexpr double kWindowSeconds = 0.1;
+constexpr double kMaxWaitShare = 0.2;
 constexpr double kMinSoloSeconds = 0.5;
 constexpr double kMaxSoloSeconds = 4.0;
 
@@ -38,6 +38,29 @@ double wall_seconds() {
   timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// The calling thread's schedstat file, or -1.
+int open_own_schedstat() { return open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC); }
+
+// Run-queue wait in nanoseconds (the second field of schedstat), or -1.
+int64_t read_runqueue_wait(int fd) {
+  if (fd < 0) return -1;
+  char text[128];
+  ssize_t got = pread(fd, text, sizeof(text) - 1, 0);
+  if (got <= 0) return -1;
+  text[got] = 0;
+  char* end = nullptr;
+  std::strtoull(text, &end, 10);
+  if (end == text) return -1;
+  char* wait_end = nullptr;
+  unsigned long long wait = std::strtoull(end, &wait_end, 10);
+  return wait_end == end ? -1 : int64_t(wait);
+}
+
+pid_t own_tid() {
+  thread_local pid_t tid = pid_t(syscall(SYS_gettid));
+  return tid;
 }
 
 // Pins the calling thread to the index-th CPU of `allowed` (the creator's CPUs, read before
@@ -96,12 +119,14 @@ ThreadTeam::ThreadTeam(int n_threads, bool pin, bool adaptive)
     : n_(n_threads < 1 ? 1 : n_threads),
       adaptive_(adaptive),
       claimed_(size_t(n_)),
-      share_seconds_(size_t(n_)),
-      sampled_share_(size_t(n_)) {
+      schedstat_fds_(size_t(n_)),
+      window_waits_(size_t(n_)) {
+  for (auto& fd : schedstat_fds_) fd.store(-1);
   pinned_ = pin && n_ > 1 && sched_getaffinity(0, sizeof(creator_cpus_), &creator_cpus_) == 0;
   for (int member = 1; member < n_; ++member)
     threads_.emplace_back([this, member] {
       if (pinned_) pin_to_cpu(member, creator_cpus_);
+      if (adaptive_) schedstat_fds_[member].store(open_own_schedstat(), std::memory_order_release);
       worker_loop(member);
     });
 }
@@ -111,6 +136,8 @@ ThreadTeam::~ThreadTeam() {
   generation_.fetch_add(1, std::memory_order_release);
   futex_wake_all(generation_);
   for (auto& t : threads_) t.join();
+  for (auto& fd : schedstat_fds_)
+    if (fd.load() >= 0) close(fd.load());
 }
 
 void ThreadTeam::run_erased(Task task, void* ctx) {
@@ -126,30 +153,36 @@ void ThreadTeam::run_erased(Task task, void* ctx) {
     solo_until_ = 0;
     retrying_ = true;
   }
-  timing_.store(adaptive_ && ++runs_ % kSampleEvery == 0, std::memory_order_relaxed);
-  if (!timing_.load(std::memory_order_relaxed)) return run_team(task, ctx);
-  double start = wall_seconds();
+  if (adaptive_ && ++runs_ % kCheckEvery == 0) check_contention();
   run_team(task, ctx);
-  note_timing(wall_seconds() - start);
 }
 
-void ThreadTeam::note_timing(double wall) {
-  sampled_wall_ += wall;
-  for (int member = 0; member < n_; ++member) sampled_share_[member] += share_seconds_[member];
-  if (++samples_ < kWindow) return;
-  double least = *std::min_element(sampled_share_.begin(), sampled_share_.end());
-  bool shared = double(n_) * least < kSoloMargin * sampled_wall_;
-  shared_windows_ = shared ? shared_windows_ + 1 : 0;
-  if (shared && (retrying_ || shared_windows_ >= 2)) {
-    shared_windows_ = 0;
+void ThreadTeam::check_contention() {
+  double now = wall_seconds();
+  if (window_start_ > 0 && now - window_start_ < kWindowSeconds) return;
+  if (caller_tid_ != own_tid()) {  // member 0 is whichever thread calls run()
+    caller_tid_ = own_tid();
+    int old = schedstat_fds_[0].exchange(open_own_schedstat());
+    if (old >= 0) close(old);
+    window_start_ = 0;
+  }
+  double worst = 0;  // the largest share of the window a member spent waiting for its core
+  for (int member = 0; member < n_; ++member) {
+    int64_t wait = read_runqueue_wait(schedstat_fds_[member].load(std::memory_order_acquire));
+    if (window_start_ > 0 && wait >= 0 && window_waits_[member] >= 0)
+      worst = std::max(worst, 1e-9 * double(wait - window_waits_[member]) / (now - window_start_));
+    window_waits_[member] = wait;
+  }
+  bool decided = window_start_ > 0;  // a whole window has passed (else this one opens it)
+  window_start_ = now;
+  if (!decided) return;
+  if (worst > kMaxWaitShare) {
     solo_seconds_ = retrying_ ? std::min(2 * solo_seconds_, kMaxSoloSeconds) : kMinSoloSeconds;
-    solo_until_ = wall_seconds() + solo_seconds_;
+    solo_until_ = now + solo_seconds_;
+    window_start_ = 0;  // the retry opens a fresh window
     ++solo_switches_;
   }
   retrying_ = false;
-  samples_ = 0;
-  sampled_wall_ = 0;
-  std::fill(sampled_share_.begin(), sampled_share_.end(), 0.0);
 }
 
 void ThreadTeam::run_team(Task task, void* ctx) {
@@ -158,7 +191,7 @@ void ThreadTeam::run_team(Task task, void* ctx) {
   pending_.store(n_ - 1, std::memory_order_relaxed);
   uint32_t generation = generation_.fetch_add(1, std::memory_order_seq_cst) + 1;
   if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(generation_);
-  run_timed(0);
+  task(ctx, 0, n_);
   for (int member = 1; member < n_; ++member)  // shares no worker has started yet
     if (claim(member, generation)) run_share(member);
   if (spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) return;
@@ -196,15 +229,8 @@ bool ThreadTeam::claim(int member, uint32_t generation) {
   return false;
 }
 
-void ThreadTeam::run_timed(int member) {
-  if (!timing_.load(std::memory_order_relaxed)) return task_(ctx_, member, n_);
-  double start = wall_seconds();
-  task_(ctx_, member, n_);
-  share_seconds_[member] = wall_seconds() - start;
-}
-
 void ThreadTeam::run_share(int member) {
-  run_timed(member);
+  task_(ctx_, member, n_);
   if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
       main_sleeping_.load(std::memory_order_seq_cst))
     futex_wake_all(pending_);

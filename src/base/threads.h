@@ -11,13 +11,13 @@
 //
 // When the machine is shared anyway (another process wants one of our cores), a team of n
 // threads fights it for the cores and every run waits for whichever member is off its core.
-// The team notices this from one member's shares taking much longer than another's (whole
-// scheduler time slices), so much that running alone would be faster: it then runs solo for a
-// while (the caller runs every share, the workers sleep), which leaves a core to the other
-// process and keeps one fully ours; then it tries the team again, and stays solo longer each
-// time the cores are still shared. Workers are pinned one per core; the caller is not, so the
-// OS can move it to the free core.
+// The team notices this from a member's thread waiting for its core (its run-queue wait, read
+// from /proc every 0.1 s): it then runs solo for a while (the caller runs every share, the
+// workers sleep), which leaves a core to the other process and keeps one fully ours; then it
+// tries the team again, and stays solo longer each time the cores are still shared. Workers are
+// pinned one per core; the caller is not, so the OS can move it to the free core.
 #include <sched.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
@@ -53,9 +53,8 @@ class ThreadTeam {
   void worker_loop(int member);
   bool claim(int member, uint32_t generation);  // true for the first claim of a run's share
   void run_share(int member);                   // runs a claimed share and reports it done
-  void run_timed(int member);                   // runs a share, timing it on sampled runs
   void run_team(Task task, void* ctx);
-  void note_timing(double wall);                // contention check on a sampled run
+  void check_contention();                      // may send the team solo for a while
 
   int n_;
   bool adaptive_ = true;
@@ -70,17 +69,15 @@ class ThreadTeam {
   std::atomic<bool> main_sleeping_{false};
   std::atomic<bool> stop_{false};
   std::vector<std::atomic<uint32_t>> claimed_;  // per member: the last generation claimed
-  std::atomic<bool> timing_{false};              // this run is sampled: time every share
-  std::vector<double> share_seconds_;            // per member: its share's wall time this run
-  // Contention check, touched by the caller only.
+  // Contention check, touched by the caller only, except that each worker opens its own file.
+  std::vector<std::atomic<int>> schedstat_fds_;  // per member: its thread's schedstat, or -1
+  pid_t caller_tid_ = 0;                         // the thread member 0's file belongs to
   uint64_t runs_ = 0;
-  int samples_ = 0;
-  double sampled_wall_ = 0;
-  std::vector<double> sampled_share_;  // per member: share wall time over the window
+  double window_start_ = 0;                      // 0: no window open
+  std::vector<int64_t> window_waits_;            // per member: run-queue wait (ns) at its start
   double solo_until_ = 0;  // wall clock (CLOCK_MONOTONIC seconds) until which runs are solo
   double solo_seconds_ = 0;  // the last solo period's length
   bool retrying_ = false;    // the team is back after a solo period; this window decides
-  int shared_windows_ = 0;   // consecutive windows that found the cores shared
   std::atomic<int64_t> solo_switches_{0};
 };
 
