@@ -10,8 +10,8 @@
 // member that finishes last merges them.
 //
 // A sequence whose queries x all heads fit one tile (decode) is one item per chunk over every KV
-// head, and attention_block_all_heads reads its K and V rows front to back, every head of a row
-// at once. The cache is position-major, so that is one sequential run of memory, which the
+// head (a context too short to split is split by KV heads instead), and
+// attention_block_all_heads reads its K and V rows front to back, every head of a row at once. The cache is position-major, so that is one sequential run of memory, which the
 // hardware prefetchers follow; one head at a time reads 512 bytes of every 4 KiB row, and that
 // ran at about half the bandwidth, with or without software prefetch.
 #include <algorithm>
@@ -46,6 +46,7 @@ struct Plan {
   int64_t partial_floats; // one partial: m, l, acc for max_rows rows
   int64_t chunk_cap;      // most chunks per split sequence (per KV head)
   int64_t whole_chunk_cap;  // most chunks of a whole-sequence item
+  int64_t head_groups;      // parts (by KV heads) of a whole-sequence item too short to split
 };
 
 Plan make_plan(const AttentionShape& s, int n_members) {
@@ -60,6 +61,7 @@ Plan make_plan(const AttentionShape& s, int n_members) {
   p.partial_floats = (p.max_rows * (s.head_dim + 2) + 15) / 16 * 16;
   p.chunk_cap = std::min<int64_t>(kMaxChunks, (4 * n_members + s.n_kv_heads - 1) / s.n_kv_heads);
   p.whole_chunk_cap = std::min<int64_t>(kMaxChunks, 4 * n_members);
+  p.head_groups = 1;  // attention() sets it
   return p;
 }
 
@@ -105,6 +107,14 @@ void for_each_item(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShap
     int64_t chunks = chunks_of(seq, shape, plan, splitting);
     if (whole_sequence(seq, shape, plan)) {
       int64_t end = seq.q_start + seq.n_q;
+      if (splitting && chunks == 1 && plan.head_groups > 1) {  // short: split the heads instead
+        int64_t groups = std::min(plan.head_groups, shape.n_kv_heads);
+        for (int64_t g = 0; g < groups; ++g) {
+          int64_t h0 = shape.n_kv_heads * g / groups, h1 = shape.n_kv_heads * (g + 1) / groups;
+          fn(Item{s, h0, 0, seq.n_q, 0, end, h1 - h0, true, -1});
+        }
+        continue;
+      }
       for (int64_t c = 0; c < chunks; ++c)
         fn(Item{s, 0, 0, seq.n_q, end * c / chunks, end * (c + 1) / chunks, shape.n_kv_heads, true,
                 chunks > 1 ? partial++ : -1});
@@ -145,8 +155,9 @@ void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& sha
 
   int64_t first_end = seq.q_start + it.q0 + 1;
   if (it.whole && (hd == 64 || hd == 128) && (per_head == 1 || per_head == 2 || per_head == 4 || per_head == 8))
-    kernels.all_heads(seq.q + it.q0 * shape.ldq, shape.ldq, it.heads, group, per_head, first_end,
-                      seq.k, seq.v, shape.kv_row_stride, it.p0, it.p1, hd, shape.scale, m, l, acc, s);
+    kernels.all_heads(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, it.heads,
+                      group, per_head, first_end, seq.k + it.kv_head * hd, seq.v + it.kv_head * hd,
+                      shape.kv_row_stride, it.p0, it.p1, hd, shape.scale, m, l, acc, s);
   else
     for (int64_t p = it.p0; p < it.p1; p += kBlockPositions)
       for (int64_t i = 0; i < it.heads; ++i) {
@@ -231,6 +242,8 @@ void attention(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& s
                float* scratch, int member, int n_members) {
   Plan plan = make_plan(shape, n_members);
   bool splitting = splitting_enabled(seqs, n_seqs, shape, plan, n_members);
+  // Fewer sequences than members: one too short to split along positions goes by KV heads.
+  plan.head_groups = n_seqs < n_members ? n_members : 1;
   Kernels kernels = kernels_for(active_isa());
   float* work = scratch + kHeaderFloats + member * plan.work_floats;
   float* partials = scratch + kHeaderFloats + n_members * plan.work_floats;

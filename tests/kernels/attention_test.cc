@@ -137,12 +137,17 @@ TEST(Attention, DecodeOverAllHeadsInMemoryOrder) {
   for (auto [heads, kv, hd] : {std::tuple{8, 8, 128}, std::tuple{16, 8, 128}, std::tuple{16, 4, 128},
                                std::tuple{16, 2, 64}, std::tuple{8, 4, 80}, std::tuple{4, 1, 64}}) {
     Problem p(heads, kv, hd, {{1, 1000}, {2, 37}, {1, 0}, {1, 16}});
+    // One sequence too short to split along positions: its KV heads are split across members.
+    Problem alone(heads, kv, hd, {{1, 40}});
     for (Isa isa : supported_isas()) {
       IsaScope scope(isa);
       for (int members : {1, 2, 3}) {
+        std::string what = label(isa, members) + " heads=" + std::to_string(heads) +
+                           " kv=" + std::to_string(kv) + " hd=" + std::to_string(hd);
         p.run(members, nullptr);
-        p.expect_matches_naive(label(isa, members) + " heads=" + std::to_string(heads) +
-                               " kv=" + std::to_string(kv) + " hd=" + std::to_string(hd));
+        p.expect_matches_naive(what);
+        alone.run(members, nullptr);
+        alone.expect_matches_naive(what + " one short sequence");
       }
     }
   }
