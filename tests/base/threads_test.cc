@@ -165,6 +165,8 @@ TEST(ThreadTeam, GoesSoloWhileAnotherProcessHoldsAWorkersCore) {
   cpu_set_t allowed;
   ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
   if (CPU_COUNT(&allowed) < 2) GTEST_SKIP() << "needs two CPUs";
+  if (access("/proc/thread-self/schedstat", R_OK) != 0)
+    GTEST_SKIP() << "no /proc/<tid>/schedstat (CONFIG_SCHED_INFO): the team cannot see contention";
   int worker_cpu = -1;  // member 1 is pinned to the second CPU of the creator's mask
   for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE && worker_cpu < 0; ++cpu)
     if (CPU_ISSET(cpu, &allowed) && seen++ == 1) worker_cpu = cpu;
