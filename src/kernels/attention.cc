@@ -11,9 +11,10 @@
 //
 // A sequence whose queries x all heads fit one tile (decode) is one item per chunk over every KV
 // head (a context too short to split is split by KV heads instead), and
-// attention_block_all_heads reads its K and V rows front to back, every head of a row at once. The cache is position-major, so that is one sequential run of memory, which the
-// hardware prefetchers follow; one head at a time reads 512 bytes of every 4 KiB row, and that
-// ran at about half the bandwidth, with or without software prefetch.
+// attention_block_all_heads reads its K and V rows front to back, every head of a row at once.
+// The cache is position-major, so that is one sequential run of memory, which the hardware
+// prefetchers follow; one head at a time reads 512 bytes of every 4 KiB row, and that ran at
+// about half the bandwidth, with or without software prefetch.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
