@@ -1,7 +1,8 @@
 // Attention alone on the Qwen3-0.6B head shape (16 query heads, 8 KV heads, head_dim 128), over
-// a KV cache laid out as the model's ([position][kv_head][head_dim] FP32), 2 threads:
+// a KV cache laid out as the model's ([position][kv_head][head_dim] FP16), 2 threads:
 //  - decode: one query per sequence against `context` cached positions; GB/s of K+V streamed,
-//    and its fraction of a sequential read measured right after (of_read);
+//    and its fraction of a sequential read measured right after (of_read). At 256 positions
+//    (1 MiB of K and V) the cache stays in L2, so that row is the kernel's compute rate;
 //  - prefill: n queries of one sequence, causal; GFLOP/s.
 //
 //   bench_attention --benchmark_filter=decode
@@ -30,7 +31,8 @@ ThreadTeam& team() {
 struct Setup {
   AttentionShape shape{kHeads, kKvHeads, kHeadDim, kHeads * kHeadDim, kHeads * kHeadDim,
                        kKvHeads * kHeadDim, 1.0f / std::sqrt(float(kHeadDim))};
-  Buffer<float> q, out, k, v, scratch;
+  Buffer<float> q, out, scratch;
+  Buffer<f16> k, v;
   std::vector<AttentionSeq> seqs;
 
   // n_seqs sequences of n_q queries each, the queries at the end of `context` positions.
@@ -38,12 +40,12 @@ struct Setup {
     int64_t tokens = n_seqs * n_q, cache = context * shape.kv_row_stride;
     q = make_buffer<float>(size_t(tokens * shape.ldq));
     out = make_buffer<float>(size_t(tokens * shape.ldo));
-    k = make_buffer<float>(size_t(n_seqs * cache));
-    v = make_buffer<float>(size_t(n_seqs * cache));
+    k = make_buffer<f16>(size_t(n_seqs * cache));
+    v = make_buffer<f16>(size_t(n_seqs * cache));
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> dist(-1, 1);
     for (int64_t i = 0; i < tokens * shape.ldq; ++i) q[i] = dist(rng);
-    for (int64_t i = 0; i < n_seqs * cache; ++i) k[i] = dist(rng), v[i] = dist(rng);
+    for (int64_t i = 0; i < n_seqs * cache; ++i) k[i] = f32_to_f16(dist(rng)), v[i] = f32_to_f16(dist(rng));
     scratch = make_buffer<float>(attention_scratch_floats(shape, tokens, n_seqs, team().size()));
     for (int64_t s = 0; s < n_seqs; ++s)
       seqs.push_back({q.get() + s * n_q * shape.ldq, out.get() + s * n_q * shape.ldo, n_q,
@@ -66,7 +68,7 @@ void BM_decode(benchmark::State& state) {
     setup.run();
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  double bytes = 2.0 * double(batch * context * setup.shape.kv_row_stride) * sizeof(float);
+  double bytes = 2.0 * double(batch * context * setup.shape.kv_row_stride) * sizeof(f16);
   double achieved = bytes * double(state.iterations()) / seconds;
   // This machine's bandwidth drifts (a VM's neighbours), so the limit is read right after.
   double read = measure_read_bandwidth(team(), size_t(256) << 20, 3);
@@ -75,7 +77,7 @@ void BM_decode(benchmark::State& state) {
   state.counters["of_read"] = achieved / read;
 }
 BENCHMARK(BM_decode)
-    ->ArgsProduct({{1, 4}, {2048, 8192, 32768}})
+    ->ArgsProduct({{1, 4}, {256, 2048, 8192, 32768}})
     ->ArgNames({"batch", "context"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();

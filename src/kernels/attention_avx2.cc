@@ -18,9 +18,9 @@ constexpr int kRows = 4;               // query rows per micro-tile
 constexpr int64_t kMaxPositions = 16;  // positions per sub-block (2 vectors of scores)
 
 // dst[i * ldd + j] = src[j * lds + i] for an 8 x 8 tile.
-void transpose8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+void transpose8(const f16* src, int64_t lds, float* dst, int64_t ldd) {
   __m256 r[8], t[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; ++i) r[i] = load_f16x8(src + i * lds);
   for (int i = 0; i < 8; i += 2) {  // per 128-bit lane: a0 b0 a1 b1 | a2 b2 a3 b3
     t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
     t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
@@ -39,19 +39,19 @@ void transpose8(const float* src, int64_t lds, float* dst, int64_t ldd) {
 
 // kt[d][j] = k[j * ldk + d] for j < width, zero for width <= j < ldt; fetches the same rows of
 // the block after meanwhile (positions are pages apart: see attention_avx512.cc).
-void transpose_block(const float* k, int64_t ldk, int64_t width, int64_t head_dim, float* kt,
+void transpose_block(const f16* k, int64_t ldk, int64_t width, int64_t head_dim, float* kt,
                      int64_t ldt) {
   int64_t full_j = width / 8 * 8;
-  const float* next = k + width * ldk;
+  const f16* next = k + width * ldk;
   for (int64_t j = 0; j < full_j; j += 8)
     for (int64_t d = 0; d < head_dim; d += 8) {
-      if (d % 16 == 0)
+      if (d % 32 == 0)  // one cache line per 32 FP16
         for (int64_t r = 0; r < 8; ++r)
           _mm_prefetch(reinterpret_cast<const char*>(next + (j + r) * ldk + d), _MM_HINT_T0);
       transpose8(k + j * ldk + d, ldk, kt + d * ldt + j, ldt);
     }
   for (int64_t d = 0; d < head_dim; ++d) {
-    for (int64_t j = full_j; j < width; ++j) kt[d * ldt + j] = k[j * ldk + d];
+    for (int64_t j = full_j; j < width; ++j) kt[d * ldt + j] = f16_to_f32(k[j * ldk + d]);
     for (int64_t j = width; j < ldt; ++j) kt[d * ldt + j] = 0.0f;
   }
 }
@@ -115,8 +115,8 @@ float softmax_row(float* s, int64_t visible, int64_t ldt, float& m, float& l) {
 // acc_i = acc_i * correction_i + p_i . v[0:count] for kRows rows, 16 dimensions at a time (8 at
 // the end); rows with a null acc are computed but not stored.
 void accumulate(float* const* acc, const float* correction, const float* p, int64_t ldp,
-                const float* v, int64_t ldv, int64_t count, int64_t head_dim,
-                const float* next_v) {
+                const f16* v, int64_t ldv, int64_t count, int64_t head_dim,
+                const f16* next_v) {
   for (int64_t d0 = 0; d0 < head_dim; d0 += 16) {
     int lanes = head_dim - d0 >= 16 ? 2 : 1;
     __m256 a[kRows][2];
@@ -128,10 +128,10 @@ void accumulate(float* const* acc, const float* correction, const float* p, int6
       a[i][1] = lanes == 2 ? _mm256_mul_ps(_mm256_loadu_ps(src + 8), c) : _mm256_setzero_ps();
     }
     for (int64_t j = 0; j < count; ++j) {
-      const float* vj = v + j * ldv + d0;
-      if (next_v) _mm_prefetch(reinterpret_cast<const char*>(next_v + j * ldv + d0), _MM_HINT_T0);
-      __m256 v0 = _mm256_loadu_ps(vj);
-      __m256 v1 = lanes == 2 ? _mm256_loadu_ps(vj + 8) : _mm256_setzero_ps();
+      const f16* vj = v + j * ldv + d0;
+      if (next_v && d0 % 32 == 0) _mm_prefetch(reinterpret_cast<const char*>(next_v + j * ldv + d0), _MM_HINT_T0);
+      __m256 v0 = load_f16x8(vj);
+      __m256 v1 = lanes == 2 ? load_f16x8(vj + 8) : _mm256_setzero_ps();
 #pragma GCC unroll 4
       for (int i = 0; i < kRows; ++i) {
         __m256 pb = _mm256_broadcast_ss(p + i * ldp + j);
@@ -149,9 +149,8 @@ void accumulate(float* const* acc, const float* correction, const float* p, int6
 }
 
 void sub_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
-               const float* k, const float* v, int64_t ldkv, int64_t p0, int64_t p1,
-                     int64_t head_dim,
-               float scale, float* m, float* l, float* acc, float* scratch) {
+               const f16* k, const f16* v, int64_t ldkv, int64_t p0, int64_t p1,
+               int64_t head_dim, float scale, float* m, float* l, float* acc, float* scratch) {
   int64_t width = p1 - p0, ldt = (width + 7) / 8 * 8;
   float* kt = scratch;             // [head_dim][ldt]
   float* s = kt + head_dim * ldt;  // [kRows][ldt]
@@ -197,7 +196,7 @@ inline __m256 sum_lanes8(const __m256* v) {
 
 // acc += sum_j p[j * 8] v_j for one row of one head (16 * V dims), 8 vectors of dims at a time.
 template <int V>
-void add_pv_row(const float* p, int64_t count, const float* v, int64_t ldv, float* acc) {
+void add_pv_row(const float* p, int64_t count, const f16* v, int64_t ldv, float* acc) {
   for (int half = 0; half < V; half += 8) {
     __m256 a[8];
 #pragma GCC unroll 8
@@ -205,7 +204,7 @@ void add_pv_row(const float* p, int64_t count, const float* v, int64_t ldv, floa
     for (int64_t j = 0; j < count; ++j) {
       __m256 pj = _mm256_set1_ps(p[j * 8]);
 #pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) a[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + j * ldv + 8 * (half + c)), a[c]);
+      for (int c = 0; c < 8; ++c) a[c] = _mm256_fmadd_ps(pj, load_f16x8(v + j * ldv + 8 * (half + c)), a[c]);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) _mm256_storeu_ps(acc + 8 * (half + c), a[c]);
@@ -216,7 +215,7 @@ void add_pv_row(const float* p, int64_t count, const float* v, int64_t ldv, floa
 // 8 at a time as the lanes of a vector, 8 positions at a time.
 template <int V, int ROWS>
 void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, int64_t first_end,
-               const float* k, const float* v, int64_t ldkv, int64_t p0, int64_t p1, float scale,
+               const f16* k, const f16* v, int64_t ldkv, int64_t p0, int64_t p1, float scale,
                float* m, float* l, float* acc, float* scratch) {
   constexpr int64_t kHeadDim = 8 * V;
   constexpr int kHeads = 8 / ROWS;
@@ -238,16 +237,16 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
 
       __m256 s[8];  // s[j] lane t = scale * q_t . k_j, one K row after the other
       for (int j = 0; j < 8; ++j) {
-        const float* kj = k + (j0 + std::min<int64_t>(j, count - 1)) * ldkv;
+        const f16* kj = k + (j0 + std::min<int64_t>(j, count - 1)) * ldkv;
         if (h0 == 0 && j < count)
-          for (int64_t i = 0; i < n_kv_heads * kHeadDim; i += 16)
+          for (int64_t i = 0; i < n_kv_heads * kHeadDim; i += 32)  // one cache line per 32 FP16
             _mm_prefetch(reinterpret_cast<const char*>(v + (j0 + j) * ldkv + i), _MM_HINT_T1);
         __m256 dot[8];
 #pragma GCC unroll 8
         for (int t = 0; t < 8; ++t) {
-          const float* kh = kj + (h0 + std::min<int64_t>(t / ROWS, heads - 1)) * kHeadDim;
-          __m256 d = _mm256_mul_ps(_mm256_loadu_ps(qr[t]), _mm256_loadu_ps(kh));
-          for (int c = 1; c < V; ++c) d = _mm256_fmadd_ps(_mm256_loadu_ps(qr[t] + 8 * c), _mm256_loadu_ps(kh + 8 * c), d);
+          const f16* kh = kj + (h0 + std::min<int64_t>(t / ROWS, heads - 1)) * kHeadDim;
+          __m256 d = _mm256_mul_ps(_mm256_loadu_ps(qr[t]), load_f16x8(kh));
+          for (int c = 1; c < V; ++c) d = _mm256_fmadd_ps(_mm256_loadu_ps(qr[t] + 8 * c), load_f16x8(kh + 8 * c), d);
           dot[t] = d;
         }
         s[j] = _mm256_mul_ps(sum_lanes8(dot), vscale);
@@ -288,9 +287,8 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
 }  // namespace
 
 void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
-                     const float* k, const float* v, int64_t ldkv, int64_t p0, int64_t p1,
-                     int64_t head_dim,
-                     float scale, float* m, float* l, float* acc, float* s) {
+                     const f16* k, const f16* v, int64_t ldkv, int64_t p0, int64_t p1,
+                     int64_t head_dim, float scale, float* m, float* l, float* acc, float* s) {
   if (head_dim % 8)
     return scalar::attention_block(q, ldq, group, rows, first_end, k, v, ldkv, p0, p1, head_dim, scale,
                                    m, l, acc, s);
@@ -300,7 +298,7 @@ void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, i
 }
 
 void attention_block_all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
-                               int64_t rows, int64_t first_end, const float* k, const float* v,
+                               int64_t rows, int64_t first_end, const f16* k, const f16* v,
                                int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim, float scale,
                                float* m, float* l, float* acc, float* s) {
   // The driver calls it for head_dim 64 or 128 and rows 1, 2, 4 or 8 only.

@@ -24,9 +24,9 @@ inline __m512 unpackhi_pd(__m512 a, __m512 b) {
 }
 
 // dst[i * ldd + j] = src[j * lds + i] for a 16 x 16 tile.
-void transpose16(const float* src, int64_t lds, float* dst, int64_t ldd) {
+void transpose16(const f16* src, int64_t lds, float* dst, int64_t ldd) {
   __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+  for (int i = 0; i < 16; ++i) r[i] = load_f16x16(src + i * lds);
   for (int i = 0; i < 16; i += 2) {  // per 128-bit lane: a0 b0 a1 b1 | a2 b2 a3 b3
     t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
     t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
@@ -49,31 +49,31 @@ void transpose16(const float* src, int64_t lds, float* dst, int64_t ldd) {
   }
 }
 
-// K and V rows are fetched into L2 kAheadPositions before use. Positions are a whole cache row
-// apart (all KV heads), so each row is a new 4 KiB page to the hardware prefetchers, which stop
-// at page boundaries: without this, decode attention waits on memory row by row. The distance
-// keeps what is in flight (K and V of all heads: 2 x 32 x 4 KiB for Qwen3-0.6B) well inside L2.
+// Prefill fetches K and V rows into L2 kAheadPositions before use. Positions are a whole cache
+// row apart (all KV heads, 2 KiB for Qwen3-0.6B), and one head reads a few lines of each: the
+// hardware prefetchers see no stream in that. The distance keeps what is in flight (K and V of
+// all heads: 2 x 32 x 2 KiB for Qwen3-0.6B) well inside L2.
 constexpr int64_t kAheadPositions = 32;
 
 // The cache lines of rows [0, rows) x [d, d + 16) from `ahead`.
-inline void prefetch_rows(const float* ahead, int64_t ld, int64_t rows) {
+inline void prefetch_rows(const f16* ahead, int64_t ld, int64_t rows) {
   for (int64_t r = 0; r < rows; ++r)
     _mm_prefetch(reinterpret_cast<const char*>(ahead + r * ld), _MM_HINT_T1);
 }
 
 // kt[d][j] = k[j * ldk + d] for j < width, zero for width <= j < ldt; fetches the rows
 // kAheadPositions further on meanwhile.
-void transpose_block(const float* k, int64_t ldk, int64_t width, int64_t head_dim, float* kt,
+void transpose_block(const f16* k, int64_t ldk, int64_t width, int64_t head_dim, float* kt,
                      int64_t ldt) {
   int64_t full_j = width / 16 * 16, full_d = head_dim / 16 * 16;
-  const float* ahead = k + kAheadPositions * ldk;
+  const f16* ahead = k + kAheadPositions * ldk;
   for (int64_t j = 0; j < full_j; j += 16)
     for (int64_t d = 0; d < full_d; d += 16) {
       prefetch_rows(ahead + j * ldk + d, ldk, 16);
       transpose16(k + j * ldk + d, ldk, kt + d * ldt + j, ldt);
     }
   for (int64_t d = 0; d < head_dim; ++d) {
-    for (int64_t j = d < full_d ? full_j : 0; j < width; ++j) kt[d * ldt + j] = k[j * ldk + d];
+    for (int64_t j = d < full_d ? full_j : 0; j < width; ++j) kt[d * ldt + j] = f16_to_f32(k[j * ldk + d]);
     for (int64_t j = width; j < ldt; ++j) kt[d * ldt + j] = 0.0f;
   }
 }
@@ -108,9 +108,11 @@ void scores(const float* const* q, const float* kt, int64_t ldt, int64_t head_di
 // Lane j = the sum of the 16 floats of v[j]: a transpose folded into an add tree.
 inline __m512 sum_lanes16(const __m512* v) {
   __m512 pairs[8], quads[4];
+#pragma GCC unroll 8
   for (int i = 0; i < 8; ++i)  // per 128-bit lane: partial sums of v[2i], v[2i+1], v[2i], v[2i+1]
     pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
                              _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+#pragma GCC unroll 4
   for (int i = 0; i < 4; ++i)  // per 128-bit lane: partial sums of v[4i .. 4i+3]
     quads[i] = _mm512_add_ps(unpacklo_pd(pairs[2 * i], pairs[2 * i + 1]),
                              unpackhi_pd(pairs[2 * i], pairs[2 * i + 1]));
@@ -150,8 +152,8 @@ float softmax_row(float* s, int64_t visible, int64_t ldt, float& m, float& l) {
 // computed but not stored. With ahead_v (v + kAheadPositions rows), fetches those rows meanwhile.
 template <int R>
 void accumulate(float* const* acc, const float* correction, const float* p, int64_t ldp,
-                const float* v, int64_t ldv, int64_t count, int64_t head_dim,
-                const float* ahead_v) {
+                const f16* v, int64_t ldv, int64_t count, int64_t head_dim,
+                const f16* ahead_v) {
   for (int64_t d0 = 0; d0 < head_dim; d0 += 64) {
     __mmask16 mask[4];
     __m512 a[R][4];
@@ -166,13 +168,13 @@ void accumulate(float* const* acc, const float* correction, const float* p, int6
         a[i][t] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask[t], src + d0 + 16 * t), c);
     }
     for (int64_t j = 0; j < count; ++j) {
-      const float* vj = v + j * ldv + d0;
-      if (ahead_v)
-        for (int64_t t = 0; t < 4 && d0 + 16 * t < head_dim; ++t)
+      const f16* vj = v + j * ldv + d0;
+      if (ahead_v)  // one cache line per 32 FP16
+        for (int64_t t = 0; t < 4 && d0 + 16 * t < head_dim; t += 2)
           _mm_prefetch(reinterpret_cast<const char*>(ahead_v + j * ldv + d0 + 16 * t), _MM_HINT_T1);
       __m512 vv[4];
 #pragma GCC unroll 4
-      for (int t = 0; t < 4; ++t) vv[t] = _mm512_maskz_loadu_ps(mask[t], vj + 16 * t);
+      for (int t = 0; t < 4; ++t) vv[t] = maskz_load_f16x16(mask[t], vj + 16 * t);
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
         __m512 pb = _mm512_set1_ps(p[i * ldp + j]);
@@ -190,7 +192,7 @@ void accumulate(float* const* acc, const float* correction, const float* p, int6
 
 template <int R>
 void sub_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
-               const float* k, const float* v, int64_t ldkv, int64_t p0, int64_t p1,
+               const f16* k, const f16* v, int64_t ldkv, int64_t p0, int64_t p1,
                int64_t head_dim, float scale, float* m, float* l, float* acc, float* scratch) {
   int64_t width = p1 - p0, vecs = (width + 15) / 16, ldt = vecs * 16;
   float* kt = scratch;                // [head_dim][ldt]
@@ -227,14 +229,14 @@ void sub_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t
   }
 }
 
-// Brings a row of `floats` into L2 (the V rows, fetched in order during the K pass).
-inline void fetch_row(const float* row, int64_t floats) {
-  for (int64_t i = 0; i < floats; i += 16) _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T1);
+// Brings a row of `count` FP16 into L2 (the V rows, fetched in order during the K pass).
+inline void fetch_row(const f16* row, int64_t count) {
+  for (int64_t i = 0; i < count; i += 32) _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T1);
 }
 
 // acc[r] += sum_j p[j * 16 + r] v_j for R rows of one head (16 * V dims), j < count.
 template <int R, int V>
-void add_pv(const float* p, int64_t count, const float* v, int64_t ldv, float* acc) {
+void add_pv(const float* p, int64_t count, const f16* v, int64_t ldv, float* acc) {
   __m512 a[R][V];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
@@ -246,7 +248,7 @@ void add_pv(const float* p, int64_t count, const float* v, int64_t ldv, float* a
     for (int r = 0; r < R; ++r) pj[r] = _mm512_set1_ps(p[j * 16 + r]);
 #pragma GCC unroll 16
     for (int c = 0; c < V; ++c) {
-      __m512 vc = _mm512_loadu_ps(v + j * ldv + 16 * c);
+      __m512 vc = load_f16x16(v + j * ldv + 16 * c);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) a[r][c] = _mm512_fmadd_ps(pj[r], vc, a[r][c]);
     }
@@ -257,18 +259,55 @@ void add_pv(const float* p, int64_t count, const float* v, int64_t ldv, float* a
     for (int c = 0; c < V; ++c) _mm512_storeu_ps(acc + r * 16 * V + 16 * c, a[r][c]);
 }
 
+// dots[j][lane0 + r] = 16 partial sums of q_r . k_{p0 + j} for ROWS rows of one KV head and
+// 16 / ROWS positions (positions past `last` repeat it; the caller masks them). q[r] points at
+// row r's query, k at position 0 of the head. 16 accumulators in registers.
+template <int V, int ROWS>
+inline void dot_block(const float* const* q, const f16* k, int64_t ldk, int64_t p0, int64_t last,
+                      __m512 (*dots)[16], int lane0) {
+  constexpr int kPositions = 16 / ROWS;
+  const f16* kj[kPositions];
+#pragma GCC unroll 16
+  for (int j = 0; j < kPositions; ++j) kj[j] = k + std::min<int64_t>(p0 + j, last) * ldk;
+  __m512 a[kPositions][ROWS];
+#pragma GCC unroll 16
+  for (int j = 0; j < kPositions; ++j)
+#pragma GCC unroll 8
+    for (int r = 0; r < ROWS; ++r) a[j][r] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int c = 0; c < V; ++c) {
+    __m512 qc[ROWS];
+#pragma GCC unroll 8
+    for (int r = 0; r < ROWS; ++r) qc[r] = _mm512_loadu_ps(q[r] + 16 * c);
+#pragma GCC unroll 16
+    for (int j = 0; j < kPositions; ++j) {
+      __m512 kc = load_f16x16(kj[j] + 16 * c);
+#pragma GCC unroll 8
+      for (int r = 0; r < ROWS; ++r) a[j][r] = _mm512_fmadd_ps(kc, qc[r], a[j][r]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int j = 0; j < kPositions; ++j)
+#pragma GCC unroll 8
+    for (int r = 0; r < ROWS; ++r) dots[j][lane0 + r] = a[j][r];
+}
+
 // attention_block_all_heads for head_dim = 16 * V and ROWS query rows per KV head, 16 positions
 // at a time. The (KV head, row) pairs go 16 at a time as the lanes of a vector (kHeads heads of
-// ROWS rows): a pass over the K rows in memory order gives, per position, the 16 pairs' scores
-// as one vector, the online softmax is lane-wise over positions, and P.V goes head by head from
-// cache (the K pass fetched the V rows).
+// ROWS rows): the K pass gives, per position, the 16 pairs' scores as one vector (dot_block,
+// then one add tree), the online softmax is lane-wise over positions, and P.V goes head by head
+// from cache (the V rows were fetched before the K pass).
 template <int V, int ROWS>
 void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
-                     int64_t first_end, const float* k, const float* v, int64_t ldkv, int64_t p0,
+                     int64_t first_end, const f16* k, const f16* v, int64_t ldkv, int64_t p0,
                      int64_t p1, float scale, float* m, float* l, float* acc, float* scratch) {
   constexpr int64_t kHeadDim = 16 * V;
   constexpr int kHeads = 16 / ROWS;
+  constexpr int kBlockPositions = 16 / ROWS;
   float* p = scratch;  // [16 positions][16 lanes] probabilities
+  // [position][lane]: 16 partial sums of the lane's dot product. Lanes past the last head keep
+  // zeros or an earlier group's finite values; the lane masks below drop them.
+  __m512 dots[16][16] = {};
   const __m512 vscale = _mm512_set1_ps(scale), minus_inf = _mm512_set1_ps(-INFINITY);
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t j0 = p0; j0 < p1; j0 += 16) {
@@ -285,29 +324,17 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
       }
       const __m512i vis = _mm512_load_si512(visible);
 
-      // s[j] lane t = scale * q_t . k_j, one K row after the other.
+      // s[j] lane t = scale * q_t . k_j. dots[j][t] holds the dot product as 16 partial sums,
+      // computed by register blocks of 16 / ROWS positions x ROWS rows of one head: each K chunk
+      // is converted once and serves every row, each q chunk is loaded once per block.
+      if (h0 == 0)  // the V rows this block's P.V will read
+        for (int j = 0; j < count; ++j) fetch_row(v + (j0 + j) * ldkv, n_kv_heads * kHeadDim);
+      for (int hh = 0; hh < heads; ++hh)
+        for (int jb = 0; jb < 16; jb += kBlockPositions)
+          dot_block<V, ROWS>(qr + hh * ROWS, k + (h0 + hh) * kHeadDim, ldkv, j0 + jb,
+                             j0 + count - 1, dots + jb, hh * ROWS);
       __m512 s[16];
-      for (int j = 0; j < 16; ++j) {
-        const float* kj = k + (j0 + std::min<int64_t>(j, count - 1)) * ldkv;
-        if (h0 == 0 && j < count) fetch_row(v + (j0 + j) * ldkv, n_kv_heads * kHeadDim);
-        __m512 dot[16];
-#pragma GCC unroll 16
-        for (int hh = 0; hh < kHeads; ++hh) {
-          const float* kh = kj + (h0 + std::min<int64_t>(hh, heads - 1)) * kHeadDim;
-          __m512 kc[V];
-#pragma GCC unroll 16
-          for (int c = 0; c < V; ++c) kc[c] = _mm512_loadu_ps(kh + 16 * c);
-#pragma GCC unroll 16
-          for (int r = 0; r < ROWS; ++r) {
-            const float* qt = qr[hh * ROWS + r];
-            __m512 d = _mm512_mul_ps(_mm512_loadu_ps(qt), kc[0]);
-#pragma GCC unroll 16
-            for (int c = 1; c < V; ++c) d = _mm512_fmadd_ps(_mm512_loadu_ps(qt + 16 * c), kc[c], d);
-            dot[hh * ROWS + r] = d;
-          }
-        }
-        s[j] = _mm512_mul_ps(sum_lanes16(dot), vscale);
-      }
+      for (int j = 0; j < 16; ++j) s[j] = _mm512_mul_ps(sum_lanes16(dots[j]), vscale);
 
       // Online softmax, lane-wise. A lane that has seen no position keeps m = -inf, correction 1.
       const int64_t i0 = h0 * ROWS;
@@ -341,7 +368,7 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
 
       // acc_t += p_tj v_j, head by head from cache, two rows at a time.
       for (int64_t hh = 0; hh < heads; ++hh) {
-        const float* vh = v + j0 * ldkv + (h0 + hh) * kHeadDim;
+        const f16* vh = v + j0 * ldkv + (h0 + hh) * kHeadDim;
         for (int r = 0; r < ROWS; r += 2) {
           int64_t t = hh * ROWS + r;
           if (r + 1 < ROWS)
@@ -357,7 +384,7 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
 }  // namespace
 
 void attention_block_all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
-                               int64_t rows, int64_t first_end, const float* k, const float* v,
+                               int64_t rows, int64_t first_end, const f16* k, const f16* v,
                                int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim, float scale,
                                float* m, float* l, float* acc, float* s) {
   // The driver calls it for head_dim 64 or 128 and rows 1, 2, 4 or 8 only.
@@ -368,7 +395,7 @@ void attention_block_all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, 
 }
 
 void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
-                     const float* k, const float* v, int64_t ldkv, int64_t p0, int64_t p1,
+                     const f16* k, const f16* v, int64_t ldkv, int64_t p0, int64_t p1,
                      int64_t head_dim, float scale, float* m, float* l, float* acc, float* s) {
   auto run = rows <= 2 ? sub_block<2> : sub_block<kRows>;
   for (int64_t p = p0; p < p1; p += kMaxPositions)

@@ -7,7 +7,7 @@
 namespace ellm::scalar {
 
 void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
-                     const float* k, const float* v, int64_t ldkv, int64_t p0, int64_t p1,
+                     const f16* k, const f16* v, int64_t ldkv, int64_t p0, int64_t p1,
                      int64_t head_dim,
                      float scale, float* m, float* l, float* acc, float* s) {
   int64_t width = p1 - p0;
@@ -18,9 +18,9 @@ void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, i
     float* sr = s + r * width;
     float block_max = -INFINITY;
     for (int64_t j = 0; j < visible; ++j) {
-      const float* kj = k + (p0 + j) * ldkv;
+      const f16* kj = k + (p0 + j) * ldkv;
       float dot = 0;
-      for (int64_t d = 0; d < head_dim; ++d) dot += qr[d] * kj[d];
+      for (int64_t d = 0; d < head_dim; ++d) dot += qr[d] * f16_to_f32(kj[d]);
       sr[j] = dot * scale;
       block_max = std::max(block_max, sr[j]);
     }
@@ -32,8 +32,8 @@ void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, i
     for (int64_t j = 0; j < visible; ++j) {
       float p = std::exp(sr[j] - new_max);
       sum += p;
-      const float* vj = v + (p0 + j) * ldkv;
-      for (int64_t d = 0; d < head_dim; ++d) ar[d] += p * vj[d];
+      const f16* vj = v + (p0 + j) * ldkv;
+      for (int64_t d = 0; d < head_dim; ++d) ar[d] += p * f16_to_f32(vj[d]);
     }
     l[r] = l[r] * correction + sum;
     m[r] = new_max;
@@ -41,7 +41,7 @@ void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, i
 }
 
 void attention_block_all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
-                               int64_t rows, int64_t first_end, const float* k, const float* v,
+                               int64_t rows, int64_t first_end, const f16* k, const f16* v,
                                int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim, float scale,
                                float* m, float* l, float* acc, float* s) {
   for (int64_t p = p0; p < p1; p += 64)

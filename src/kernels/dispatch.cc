@@ -24,6 +24,10 @@ void convert_bf16_to_f32(const bf16* x, float* out, int64_t count) {
   ELLM_DISPATCH(active_isa(), convert_bf16_to_f32(x, out, count));
 }
 
+void convert_f32_to_f16(const float* x, f16* out, int64_t count) {
+  ELLM_DISPATCH(active_isa(), convert_f32_to_f16(x, out, count));
+}
+
 void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight, float eps,
              float* out, int64_t ldo) {
   ELLM_DISPATCH(active_isa(), rmsnorm(x, rows, dim, ldx, weight, eps, out, ldo));

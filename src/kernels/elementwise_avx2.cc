@@ -32,6 +32,18 @@ void convert_bf16_to_f32(const bf16* x, float* out, int64_t count) {
   scalar::convert_bf16_to_f32(x + i, out + i, count - i);
 }
 
+void convert_f32_to_f16(const float* x, f16* out, int64_t count) {
+  // Saturate first, as f32_to_f16 does; the limit goes first so a NaN passes through min/max.
+  const __m256 limit = _mm256_set1_ps(65504.0f), minus_limit = _mm256_set1_ps(-65504.0f);
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    __m256 v = _mm256_max_ps(minus_limit, _mm256_min_ps(limit, _mm256_loadu_ps(x + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  scalar::convert_f32_to_f16(x + i, out + i, count - i);
+}
+
 void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight,
              float eps, float* out, int64_t ldo) {
   for (int64_t r = 0; r < rows; ++r) {

@@ -31,6 +31,17 @@ void convert_bf16_to_f32(const bf16* x, float* out, int64_t count) {
   }
 }
 
+void convert_f32_to_f16(const float* x, f16* out, int64_t count) {
+  // Saturate first, as f32_to_f16 does; the limit goes first so a NaN passes through min/max.
+  const __m512 limit = _mm512_set1_ps(65504.0f), minus_limit = _mm512_set1_ps(-65504.0f);
+  for (int64_t i = 0; i < count; i += 16) {
+    __mmask16 mask = tail_mask(count - i);
+    __m512 v = _mm512_max_ps(minus_limit, _mm512_min_ps(limit, _mm512_maskz_loadu_ps(mask, x + i)));
+    __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_mask_storeu_epi16(out + i, mask, h);
+  }
+}
+
 void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight,
              float eps, float* out, int64_t ldo) {
   for (int64_t r = 0; r < rows; ++r) {

@@ -13,6 +13,10 @@ void convert_bf16_to_f32(const bf16* x, float* out, int64_t count) {
   for (int64_t i = 0; i < count; ++i) out[i] = bf16_to_f32(x[i]);
 }
 
+void convert_f32_to_f16(const float* x, f16* out, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) out[i] = f32_to_f16(x[i]);
+}
+
 void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight,
              float eps, float* out, int64_t ldo) {
   for (int64_t r = 0; r < rows; ++r) {

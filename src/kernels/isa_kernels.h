@@ -11,12 +11,13 @@ namespace ellm {
 // One flash-attention step for `rows` query rows of one KV head against positions [p0, p1).
 // Row r is query r / group, head r % group of the group: q + (r / group) * ldq + (r % group) *
 // head_dim. It may see positions < first_end + r / group (causal). k, v point at position 0 of
-// the head; position p is at k + p * ldkv. Online-softmax state per row: running max m[r], sum l[r],
+// the head; position p is at k + p * ldkv (FP16). Online-softmax state per row: running max m[r], sum l[r],
 // unnormalised output acc[r][head_dim]. p1 - p0 <= 64; s is scratch of
 // max(rows, head_dim + 4) * 64 floats.
 #define ELLM_ISA_KERNELS                                                                          \
   void convert_f32_to_bf16(const float* x, bf16* out, int64_t count);                             \
   void convert_bf16_to_f32(const bf16* x, float* out, int64_t count);                             \
+  void convert_f32_to_f16(const float* x, f16* out, int64_t count);                               \
   void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight,        \
                float eps, float* out, int64_t ldo);                                                \
   void norm_rope(const float* x, int64_t n_heads, int64_t head_dim, const float* weight,         \
@@ -26,7 +27,7 @@ namespace ellm {
   void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,             \
               int64_t ldy, bool accumulate, int member, int n_members);                           \
   void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows,                  \
-                       int64_t first_end, const float* k, const float* v, int64_t ldkv,           \
+                       int64_t first_end, const f16* k, const f16* v, int64_t ldkv,             \
                        int64_t p0, int64_t p1, int64_t head_dim, float scale, float* m, float* l, float* acc, float* s);
 
 namespace scalar { ELLM_ISA_KERNELS }
@@ -42,7 +43,7 @@ namespace avx512 { ELLM_ISA_KERNELS }
 // head_dim 64 or 128 and rows 1, 2, 4 or 8 (every Qwen3 decode shape); the scalar one any.
 #define ELLM_ALL_HEADS_KERNEL                                                                     \
   void attention_block_all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,  \
-                                 int64_t rows, int64_t first_end, const float* k, const float* v, \
+                                 int64_t rows, int64_t first_end, const f16* k, const f16* v,   \
                                  int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim,          \
                                  float scale, float* m, float* l, float* acc, float* s);
 

@@ -30,10 +30,47 @@ inline bf16 f32_to_bf16(float f) {  // round to nearest even; NaN stays NaN
   return bf16(bits >> 16);
 }
 
+// IEEE half precision: the KV cache's element type.
+using f16 = uint16_t;
+
+inline float f16_to_f32(f16 h) {
+  uint32_t sign = uint32_t(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);  // infinity, NaN
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);  // rebias 15 -> 127
+  } else {
+    float f = float(mantissa) * 0x1p-24f;  // zero, subnormal
+    return sign ? -f : f;
+  }
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Round to nearest even, saturating: a finite value or infinity beyond +-65504 becomes +-65504
+// (an infinity in the cache would poison every later attention score). NaN stays NaN.
+inline f16 f32_to_f16(float f) {
+  uint32_t bits;
+  __builtin_memcpy(&bits, &f, 4);
+  uint32_t sign = (bits >> 16) & 0x8000u, magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return f16(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+  if (magnitude >= 0x477fe000u) return f16(sign | 0x7bffu);  // >= 65504
+  if (magnitude < 0x38800000u) {  // below 2^-14: a multiple of 2^-24 (or zero)
+    float scaled = __builtin_fabsf(f) * 0x1p24f;  // exact
+    return f16(sign | uint32_t(__builtin_nearbyintf(scaled)));
+  }
+  uint32_t rebiased = magnitude - (112u << 23);
+  rebiased += 0xfffu + ((rebiased >> 13) & 1u);
+  return f16(sign | (rebiased >> 13));
+}
+
 // ---- element-wise and row ops (FP32) ----
 
 void convert_f32_to_bf16(const float* x, bf16* out, int64_t count);
 void convert_bf16_to_f32(const bf16* x, float* out, int64_t count);
+void convert_f32_to_f16(const float* x, f16* out, int64_t count);  // f32_to_f16 element-wise
 
 // out[r][:] = x[r][:] / rms(x[r][:]) * weight[:], for r < rows; rows are `dim` long with strides
 // ldx / ldo (may alias: out == x).
@@ -77,15 +114,15 @@ void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float
 
 // One sequence's queries in a pass: positions [q_start, q_start + n_q) of its slot. Each query
 // attends causally to cache positions [0, its position]. The cache of the slot holds K and V as
-// [max_positions][n_kv_heads][head_dim] FP32 (row stride kv_row_stride elements), already
+// [max_positions][n_kv_heads][head_dim] FP16 (row stride kv_row_stride elements), already
 // written for every position up to q_start + n_q - 1.
 struct AttentionSeq {
   const float* q;  // [n_q][n_heads * head_dim], row stride ldq
   float* out;      // [n_q][n_heads * head_dim], row stride ldo
   int64_t n_q;
   int64_t q_start;
-  const float* k;
-  const float* v;
+  const f16* k;
+  const f16* v;
 };
 
 struct AttentionShape {

@@ -2,6 +2,8 @@
 // Small AVX2 helpers shared by the *_avx2.cc files (only those may include this).
 #include <immintrin.h>
 
+#include <cstdint>
+
 namespace ellm::avx2 {
 
 // e^x to ~2 ulp for x in [-87, 88] (Cephes expf polynomial); clamped outside.
@@ -33,6 +35,10 @@ inline float hsum(__m256 v) {
 // Eight BF16 (a 128-bit load) widened to FP32.
 inline __m256 bf16x8_to_ps(__m128i h) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+// Eight FP16 (a 128-bit load) widened to FP32 (F16C).
+inline __m256 load_f16x8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
 }  // namespace ellm::avx2

@@ -2,6 +2,8 @@
 // Small AVX-512 helpers shared by the *_avx512.cc files (only those may include this).
 #include <immintrin.h>
 
+#include <cstdint>
+
 namespace ellm::avx512 {
 
 // e^x to ~2 ulp (Cephes expf polynomial); tiny results go denormal then 0, large ones inf.
@@ -20,6 +22,14 @@ inline __m512 exp_ps(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(p, n);
+}
+
+// Sixteen FP16 (a 256-bit load) widened to FP32; the masked form reads only the lanes in `mask`.
+inline __m512 load_f16x16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512 maskz_load_f16x16(__mmask16 mask, const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
 }
 
 inline __mmask16 tail_mask(int64_t remaining) {

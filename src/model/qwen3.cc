@@ -196,7 +196,7 @@ void Qwen3Model::attention_block(int64_t layer, std::span<const BatchToken> toke
   // qkv = xb @ Wqkv^T                                              qkv: [n][Q + 2 KV]
   gemm(Op::qkv, act_.xb, n, H, L.qkv, act_.qkv, W, false);
 
-  // Per token: q = rope(q_norm(q)) in place; k = rope(k_norm(k)) and v straight into the cache.
+  // Per token: q = rope(q_norm(q)) and k = rope(k_norm(k)) in place; k and v into the cache.
   profiler_.time(Op::qk_norm_rope, 0, 0, [&] {
     rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
@@ -205,11 +205,12 @@ void Qwen3Model::attention_block(int64_t layer, std::span<const BatchToken> toke
         float* v = k + KV;            // [n_kv_heads][hd]
         const float* cos = act_.rope_cos + t * (hd / 2);
         const float* sin = act_.rope_sin + t * (hd / 2);
-        float* k_cache = kv_.k(layer, tokens[t].slot) + tokens[t].position * KV;  // [n_kv_heads][hd]
-        float* v_cache = kv_.v(layer, tokens[t].slot) + tokens[t].position * KV;
+        f16* k_cache = kv_.k(layer, tokens[t].slot) + tokens[t].position * KV;  // [n_kv_heads][hd]
+        f16* v_cache = kv_.v(layer, tokens[t].slot) + tokens[t].position * KV;
         norm_rope(q, c.num_attention_heads, hd, L.q_norm.get(), eps, cos, sin, q, hd);
-        norm_rope(k, c.num_key_value_heads, hd, L.k_norm.get(), eps, cos, sin, k_cache, hd);
-        std::memcpy(v_cache, v, size_t(KV) * sizeof(float));
+        norm_rope(k, c.num_key_value_heads, hd, L.k_norm.get(), eps, cos, sin, k, hd);
+        convert_f32_to_f16(k, k_cache, KV);
+        convert_f32_to_f16(v, v_cache, KV);
       }
     });
   });
@@ -237,7 +238,7 @@ void Qwen3Model::attention_block(int64_t layer, std::span<const BatchToken> toke
         double(seq.n_q) * double(seq.q_start) + double(seq.n_q) * double(seq.n_q + 1) / 2;
     attention_flops += 4.0 * double(c.num_attention_heads * hd) * contexts;
     kv_bytes +=
-        2.0 * double(c.num_key_value_heads * hd) * double(seq.q_start + seq.n_q) * sizeof(float);
+        2.0 * double(c.num_key_value_heads * hd) * double(seq.q_start + seq.n_q) * sizeof(f16);
   }
   profiler_.time(Op::attention, attention_flops, kv_bytes, [&] {
     team_.run([&](int m, int nm) {

@@ -1,4 +1,4 @@
-// Flash attention against a naive softmax(QK^T)V on every tier: GQA, causal offsets (incremental
+// Flash attention over an FP16 cache against a naive softmax(QK^T)V on every tier: GQA, causal offsets (incremental
 // prefill), several sequences, several members called in turn and on a real ThreadTeam.
 #include <gtest/gtest.h>
 
@@ -18,7 +18,8 @@ struct Problem {
   AttentionShape shape;
   int64_t max_positions;
   std::vector<SeqSpec> specs;
-  std::vector<std::vector<float>> q, k, v, out;  // per sequence
+  std::vector<std::vector<float>> q, out;  // per sequence
+  std::vector<std::vector<f16>> k, v;      // per sequence: the FP16 cache
   std::vector<AttentionSeq> seqs;
 
   Problem(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, std::vector<SeqSpec> s)
@@ -31,8 +32,8 @@ struct Problem {
     uint32_t seed = 100;
     for (auto& sp : specs) {
       q.push_back(random_floats(std::max<int64_t>(sp.n_q, 1) * shape.ldq, seed++, -2, 2));
-      k.push_back(random_floats(max_positions * shape.kv_row_stride, seed++, -2, 2));
-      v.push_back(random_floats(max_positions * shape.kv_row_stride, seed++));
+      k.push_back(random_f16(max_positions * shape.kv_row_stride, seed++, -2, 2));
+      v.push_back(random_f16(max_positions * shape.kv_row_stride, seed++));
       out.emplace_back(std::max<int64_t>(sp.n_q, 1) * shape.ldo, -7.0f);
     }
     for (size_t i = 0; i < specs.size(); ++i)
@@ -48,17 +49,17 @@ struct Problem {
     std::vector<double> scores(pos + 1), o(hd, 0);
     double max = -1e300, sum = 0;
     for (int64_t p = 0; p <= pos; ++p) {
-      const float* kp = k[s].data() + p * shape.kv_row_stride + kvh * hd;
+      const f16* kp = k[s].data() + p * shape.kv_row_stride + kvh * hd;
       double dot = 0;
-      for (int64_t d = 0; d < hd; ++d) dot += double(qi[d]) * kp[d];
+      for (int64_t d = 0; d < hd; ++d) dot += double(qi[d]) * f16_to_f32(kp[d]);
       scores[p] = dot * shape.scale;
       max = std::max(max, scores[p]);
     }
     for (int64_t p = 0; p <= pos; ++p) {
       double w = std::exp(scores[p] - max);
       sum += w;
-      const float* vp = v[s].data() + p * shape.kv_row_stride + kvh * hd;
-      for (int64_t d = 0; d < hd; ++d) o[d] += w * vp[d];
+      const f16* vp = v[s].data() + p * shape.kv_row_stride + kvh * hd;
+      for (int64_t d = 0; d < hd; ++d) o[d] += w * f16_to_f32(vp[d]);
     }
     for (auto& x : o) x /= sum;
     return o;

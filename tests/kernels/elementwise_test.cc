@@ -50,6 +50,49 @@ TEST(Elementwise, RoundingIsNearestEven) {
   EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
 }
 
+TEST(Elementwise, ConvertF32ToF16MatchesScalarBitForBit) {
+  for (int64_t n : kCounts) {
+    auto x = random_floats(n, 3, -7e4f, 7e4f);  // some beyond 65504, which saturate
+    for (int64_t i = 0; i < n; i += 3) x[i] *= 1e-6f;  // the subnormal range starts below 6.1e-5
+    if (n > 8) {
+      x[0] = NAN, x[1] = INFINITY, x[2] = -INFINITY, x[3] = 1e-40f, x[4] = -0.0f;
+      x[5] = 65519.0f, x[6] = -65520.0f, x[7] = 3.0e38f, x[8] = 0x1p-25f;  // 2^-25: ties to 0
+    }
+    std::vector<f16> want(n), got(n);
+    {
+      IsaScope s(Isa::scalar);
+      convert_f32_to_f16(x.data(), want.data(), n);
+    }
+    for (Isa isa : optimised_isas()) {
+      IsaScope s(isa);
+      std::fill(got.begin(), got.end(), 0xdead);
+      convert_f32_to_f16(x.data(), got.data(), n);
+      EXPECT_EQ(got, want) << isa_name(isa) << " n=" << n;
+    }
+  }
+}
+
+TEST(Elementwise, F16RoundsToNearestEvenAndSaturates) {
+  EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(f32_to_f16(1.0f + 0x1p-11f), 0x3c00);  // halfway to 0x3c01: to even
+  EXPECT_EQ(f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);  // halfway between 0x3c01 and 0x3c02
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(f32_to_f16(1e6f), 0x7bff);
+  EXPECT_EQ(f32_to_f16(-INFINITY), 0xfbff);
+  EXPECT_EQ(f32_to_f16(0x1p-24f), 0x0001);  // the smallest subnormal
+  EXPECT_EQ(f32_to_f16(3 * 0x1p-25f), 0x0002);  // 1.5 x 2^-24: to even
+  EXPECT_EQ(f32_to_f16(0x1p-14f), 0x0400);  // the smallest normal
+  EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(NAN))));
+  // Every finite FP16 value round-trips exactly through FP32.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00) continue;  // infinity, NaN
+    ASSERT_EQ(f32_to_f16(f16_to_f32(f16(h))), h) << std::hex << h;
+  }
+  EXPECT_EQ(f16_to_f32(0x7c00), INFINITY);
+  EXPECT_EQ(f16_to_f32(0xc000), -2.0f);
+  EXPECT_EQ(f16_to_f32(0x0001), 0x1p-24f);
+}
+
 TEST(Elementwise, ConvertBf16ToF32IsExact) {
   for (int64_t n : kCounts) {
     auto x = random_bf16(n, 2, -50, 50);

@@ -26,6 +26,13 @@ inline std::vector<bf16> random_bf16(size_t count, uint32_t seed, float lo = -1,
   return v;
 }
 
+inline std::vector<f16> random_f16(size_t count, uint32_t seed, float lo = -1, float hi = 1) {
+  std::vector<f16> v(count);
+  auto f = random_floats(count, seed, lo, hi);
+  for (size_t i = 0; i < count; ++i) v[i] = f32_to_f16(f[i]);
+  return v;
+}
+
 // Sets the active ISA for its lifetime.
 class IsaScope {
  public:

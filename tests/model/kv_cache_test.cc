@@ -14,6 +14,9 @@ namespace {
 constexpr int64_t kMillion = 1 << 20;
 constexpr size_t kHuge = VirtualRegion::kHugePage;  // a slot's range commits in these at most
 
+// What the FP16 cache holds for x.
+float stored(float x) { return f16_to_f32(f32_to_f16(x)); }
+
 // Writes K and V of positions [begin, end) of a slot in every layer and head.
 void write_positions(KvCache& kv, int64_t layers, int64_t slot, int64_t heads, int64_t head_dim,
                      int64_t begin, int64_t end, float value) {
@@ -21,19 +24,19 @@ void write_positions(KvCache& kv, int64_t layers, int64_t slot, int64_t heads, i
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t p = begin; p < end; ++p)
         for (int64_t d = 0; d < head_dim; ++d) {
-          kv.k(l, slot)[p * kv.row_stride() + h * head_dim + d] = value + float(p);
-          kv.v(l, slot)[p * kv.row_stride() + h * head_dim + d] = -value - float(p);
+          kv.k(l, slot)[p * kv.row_stride() + h * head_dim + d] = f32_to_f16(value + float(p));
+          kv.v(l, slot)[p * kv.row_stride() + h * head_dim + d] = f32_to_f16(-value - float(p));
         }
   kv.note_written(slot, end);
 }
 
 TEST(KvCache, MillionTokenReservationForQwen3_0_6BCommitsOnlyWhatIsWritten) {
-  // Qwen3-0.6B: 28 layers, 8 KV heads, head_dim 128 -> 112 KiB per position, 224 GiB in all.
+  // Qwen3-0.6B: 28 layers, 8 KV heads, head_dim 128, FP16 -> 56 KiB per position, 112 GiB in all.
   const size_t rss_before = process_resident_bytes();
   KvCache kv(28, 1, 8, kMillion, 128);
-  EXPECT_EQ(kv.reserved_bytes(), size_t(28) * 2 * 8 * kMillion * 128 * 4);
+  EXPECT_EQ(kv.reserved_bytes(), size_t(28) * 2 * 8 * kMillion * 128 * 2);
   EXPECT_GT(kv.reserved_bytes(), physical_memory_bytes());
-  EXPECT_EQ(kv.bytes_per_token(), size_t(28) * 2 * 8 * 128 * 4);
+  EXPECT_EQ(kv.bytes_per_token(), size_t(28) * 2 * 8 * 128 * 2);
   EXPECT_EQ(kv.resident_bytes(), 0u);
 
   write_positions(kv, 28, 0, 8, 128, 0, 1000, 1.0f);
@@ -45,37 +48,39 @@ TEST(KvCache, MillionTokenReservationForQwen3_0_6BCommitsOnlyWhatIsWritten) {
   // The far end of the sequence works too, and costs only its own pages.
   const size_t rss_near = process_resident_bytes();
   write_positions(kv, 1, 0, 1, 128, kMillion - 8, kMillion, 5.0f);
-  EXPECT_EQ(kv.k(0, 0)[(kMillion - 1) * kv.row_stride()], 5.0f + float(kMillion - 1));
+  EXPECT_EQ(f16_to_f32(kv.k(0, 0)[(kMillion - 1) * kv.row_stride()]), stored(5.0f + float(kMillion - 1)));
   EXPECT_LE(process_resident_bytes(), rss_near + 2 * kHuge + (16 << 20));
 
   const size_t rss_full = process_resident_bytes();
   kv.release(0, 0);
   EXPECT_EQ(kv.resident_bytes(), 0u);
   EXPECT_LT(process_resident_bytes(), rss_full - written / 2);
-  EXPECT_EQ(kv.k(3, 0)[5 * kv.row_stride()], 0.0f);  // released pages read as zero
+  EXPECT_EQ(kv.k(3, 0)[5 * kv.row_stride()], 0);  // released pages read as zero
 }
 
 TEST(KvCache, LayoutIsSlotPositionHeadContiguousAndReleaseKeepsThePrefix) {
   const int64_t layers = 2, slots = 3, heads = 2, positions = 4096, hd = 64;
   KvCache kv(layers, slots, heads, positions, hd);
   EXPECT_EQ(kv.row_stride(), heads * hd);
-  // A slot's range is whole huge pages: 4096 positions x 512 B = 2 MiB here.
-  const int64_t slot_floats = int64_t(kHuge / sizeof(float));
-  EXPECT_EQ(kv.k(0, 1), kv.k(0, 0) + slot_floats);
-  EXPECT_EQ(kv.v(0, 0), kv.k(0, 0) + slots * slot_floats);
+  // A slot's range is whole huge pages: 4096 positions x 256 B = 1 MiB, rounded up to 2 MiB.
+  const int64_t slot_elements = int64_t(kHuge / sizeof(f16));
+  EXPECT_EQ(kv.k(0, 1), kv.k(0, 0) + slot_elements);
+  EXPECT_EQ(kv.v(0, 0), kv.k(0, 0) + slots * slot_elements);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(kv.k(1, 0)) % kHuge, 0u);
   write_positions(kv, layers, 1, heads, hd, 0, 300, 10.0f);
-  EXPECT_EQ(kv.k(1, 0)[0], 0.0f);  // other slots untouched
-  EXPECT_EQ(kv.k(1, 2)[0], 0.0f);
+  EXPECT_EQ(kv.k(1, 0)[0], 0);  // other slots untouched
+  EXPECT_EQ(kv.k(1, 2)[0], 0);
 
   kv.release(1, 100);  // keep positions [0, 100)
   for (int64_t p = 0; p < 100; ++p) {
-    EXPECT_EQ(kv.k(1, 1)[p * kv.row_stride() + hd + 3], 10.0f + float(p));
-    EXPECT_EQ(kv.v(0, 1)[p * kv.row_stride()], -10.0f - float(p));
+    EXPECT_EQ(f16_to_f32(kv.k(1, 1)[p * kv.row_stride() + hd + 3]), stored(10.0f + float(p)));
+    EXPECT_EQ(f16_to_f32(kv.v(0, 1)[p * kv.row_stride()]), stored(-10.0f - float(p)));
   }
-  // Whole pages past the cut are gone: 128 floats = 512 B per position, 8 positions a page.
-  EXPECT_EQ(kv.k(0, 1)[104 * kv.row_stride()], 0.0f);
-  EXPECT_EQ(kv.v(1, 1)[299 * kv.row_stride() + hd], 0.0f);
+  // Whole pages past the cut are gone: 128 FP16 = 256 B per position, 16 positions a page, so
+  // the page of positions [96, 112) stays.
+  EXPECT_NE(kv.k(0, 1)[108 * kv.row_stride()], 0);
+  EXPECT_EQ(kv.k(0, 1)[112 * kv.row_stride()], 0);
+  EXPECT_EQ(kv.v(1, 1)[299 * kv.row_stride() + hd], 0);
   EXPECT_LE(kv.resident_bytes(), size_t(layers * 2) * kHuge);
 }
 
@@ -92,7 +97,7 @@ TEST(KvCache, CommitMakesPositionsResidentAndIsIdempotent) {
   const size_t resident = kv.resident_bytes();
   kv.commit(1, 5, team);  // already committed: nothing changes
   EXPECT_EQ(kv.resident_bytes(), resident);
-  EXPECT_EQ(kv.k(2, 1)[9 * kv.row_stride()], 0.0f);  // committed pages read as zero
+  EXPECT_EQ(kv.k(2, 1)[9 * kv.row_stride()], 0);  // committed pages read as zero
   kv.release(1, 0);
   EXPECT_EQ(kv.resident_bytes(), 0u);
   kv.commit(1, 10, team);  // a released range commits again
@@ -112,7 +117,7 @@ TEST(KvCache, ModelWithMillionTokenSequenceStartsAndGrowsWithPositions) {
   limits.chunk_size = 64;
   limits.threads = 2;
   auto model = Model::load(dir.path, limits);
-  EXPECT_EQ(model->kv_bytes_per_token(), size_t(2) * 2 * 8 * 128 * 4);
+  EXPECT_EQ(model->kv_bytes_per_token(), size_t(2) * 2 * 8 * 128 * 2);
   EXPECT_LT(process_resident_bytes(), size_t(1) << 30);
   EXPECT_EQ(model->kv_resident_bytes(), 0u);
 
