@@ -195,20 +195,55 @@ inline __m256 sum_lanes8(const __m256* v) {
 }
 
 // acc += sum_j p[j * 8] v_j for one row of one head (16 * V dims), 8 vectors of dims at a time.
+// With `ahead` (elements), fetches the lines that far on as it goes.
 template <int V>
-void add_pv_row(const float* p, int64_t count, const f16* v, int64_t ldv, float* acc) {
+void add_pv_row(const float* p, int64_t count, const f16* v, int64_t ldv, float* acc, int64_t ahead) {
   for (int half = 0; half < V; half += 8) {
     __m256 a[8];
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) a[c] = _mm256_loadu_ps(acc + 8 * (half + c));
     for (int64_t j = 0; j < count; ++j) {
       __m256 pj = _mm256_set1_ps(p[j * 8]);
+      if (ahead)
+        for (int c = 0; c < 8; c += 4)
+          _mm_prefetch(reinterpret_cast<const char*>(v + j * ldv + 8 * (half + c) + ahead), _MM_HINT_T0);
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) a[c] = _mm256_fmadd_ps(pj, load_f16x8(v + j * ldv + 8 * (half + c)), a[c]);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) _mm256_storeu_ps(acc + 8 * (half + c), a[c]);
   }
+}
+
+// dots[j][lane0 + r] = 8 partial sums of q_r . k_{p0 + j} for ROWS rows of one KV head and
+// 8 / ROWS positions (positions past `last` repeat it). 8 accumulators in registers. With
+// `ahead` (elements), fetches the lines that far on as it goes.
+template <int V, int ROWS>
+inline void dot_block(const float* const* q, const f16* k, int64_t ldk, int64_t p0, int64_t last,
+                      __m256 (*dots)[8], int lane0, int64_t ahead) {
+  constexpr int kPositions = 8 / ROWS;
+  const f16* kj[kPositions];
+#pragma GCC unroll 8
+  for (int j = 0; j < kPositions; ++j) kj[j] = k + std::min<int64_t>(p0 + j, last) * ldk;
+  __m256 a[kPositions][ROWS];
+#pragma GCC unroll 8
+  for (int j = 0; j < kPositions; ++j)
+#pragma GCC unroll 8
+    for (int r = 0; r < ROWS; ++r) a[j][r] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+  for (int c = 0; c < V; ++c) {
+#pragma GCC unroll 8
+    for (int j = 0; j < kPositions; ++j) {
+      if (ahead && c % 4 == 0) _mm_prefetch(reinterpret_cast<const char*>(kj[j] + 8 * c + ahead), _MM_HINT_T0);
+      __m256 kc = load_f16x8(kj[j] + 8 * c);
+#pragma GCC unroll 8
+      for (int r = 0; r < ROWS; ++r) a[j][r] = _mm256_fmadd_ps(kc, _mm256_loadu_ps(q[r] + 8 * c), a[j][r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < kPositions; ++j)
+#pragma GCC unroll 8
+    for (int r = 0; r < ROWS; ++r) dots[j][lane0 + r] = a[j][r];
 }
 
 // head_dim = 8 * V (V a multiple of 8), ROWS query rows per KV head; the (KV head, row) pairs go
@@ -220,6 +255,9 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
   constexpr int64_t kHeadDim = 8 * V;
   constexpr int kHeads = 8 / ROWS;
   float* p = scratch;  // [8 positions][8 lanes] probabilities
+  // [position][lane]: 8 partial sums of the lane's dot product. Lanes past the last head keep
+  // zeros or an earlier group's finite values; they are never read back.
+  __m256 dots[8][8] = {};
   const __m256 vscale = _mm256_set1_ps(scale), zero = _mm256_setzero_ps();
   for (int64_t j0 = p0; j0 < p1; j0 += 8) {
     const int64_t count = std::min<int64_t>(8, p1 - j0);
@@ -235,22 +273,19 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
       const __m256i vis = _mm256_load_si256(reinterpret_cast<const __m256i*>(visible));
       auto in_block = [&](int j) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(vis, _mm256_set1_epi32(j))); };
 
-      __m256 s[8];  // s[j] lane t = scale * q_t . k_j, one K row after the other
-      for (int j = 0; j < 8; ++j) {
-        const f16* kj = k + (j0 + std::min<int64_t>(j, count - 1)) * ldkv;
-        if (h0 == 0 && j < count)
+      // s[j] lane t = scale * q_t . k_j, from dot_block's partial sums. K and V lines one block
+      // on are fetched during the compute (see the AVX-512 twin).
+      const int64_t ahead = j0 + 16 <= p1 ? 8 * ldkv : 0;
+      if (h0 == 0 && ahead == 0)
+        for (int j = 0; j < count; ++j)
           for (int64_t i = 0; i < n_kv_heads * kHeadDim; i += 32)  // one cache line per 32 FP16
             _mm_prefetch(reinterpret_cast<const char*>(v + (j0 + j) * ldkv + i), _MM_HINT_T1);
-        __m256 dot[8];
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; ++t) {
-          const f16* kh = kj + (h0 + std::min<int64_t>(t / ROWS, heads - 1)) * kHeadDim;
-          __m256 d = _mm256_mul_ps(_mm256_loadu_ps(qr[t]), load_f16x8(kh));
-          for (int c = 1; c < V; ++c) d = _mm256_fmadd_ps(_mm256_loadu_ps(qr[t] + 8 * c), load_f16x8(kh + 8 * c), d);
-          dot[t] = d;
-        }
-        s[j] = _mm256_mul_ps(sum_lanes8(dot), vscale);
-      }
+      for (int64_t hh = 0; hh < heads; ++hh)
+        for (int jb = 0; jb < 8; jb += 8 / ROWS)
+          dot_block<V, ROWS>(qr + hh * ROWS, k + (h0 + hh) * kHeadDim, ldkv, j0 + jb, j0 + count - 1,
+                             dots + jb, int(hh * ROWS), ahead);
+      __m256 s[8];
+      for (int j = 0; j < 8; ++j) s[j] = _mm256_mul_ps(sum_lanes8(dots[j]), vscale);
 
       // Online softmax, lane-wise; a lane that has seen no position keeps m = -inf.
       const int64_t i0 = h0 * ROWS;
@@ -279,7 +314,8 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
       }
 
       for (int64_t t = 0; t < used; ++t)  // acc_t += p_tj v_j, from cache
-        add_pv_row<V>(p + t, count, v + j0 * ldkv + (h0 + t / ROWS) * kHeadDim, ldkv, acc + (i0 + t) * kHeadDim);
+        add_pv_row<V>(p + t, count, v + j0 * ldkv + (h0 + t / ROWS) * kHeadDim, ldkv, acc + (i0 + t) * kHeadDim,
+                      t % ROWS == 0 ? ahead : 0);
     }
   }
 }
