@@ -4,6 +4,8 @@
 //   data[(block * k + kk) * 16 + col] = W[block * 16 + col][kk]   (missing columns zero)
 // A micro-tile is up to kRows rows x 16 columns (12 accumulators). x is widened to FP32 once per
 // (row group, k chunk) into a stack buffer and reused by every column block of the member.
+// Decode (one row) goes block by block over whole panels instead, so each member reads its
+// weights as one front-to-back stream.
 #include <immintrin.h>
 
 #include <cstring>
@@ -39,7 +41,32 @@ void tile(const float* xf, const bf16* w, int64_t len, float* y, int64_t ldy, in
     acc[r][0] = load_y || out == edge ? _mm256_loadu_ps(out + r * ld) : _mm256_setzero_ps();
     acc[r][1] = load_y || out == edge ? _mm256_loadu_ps(out + r * ld + 8) : _mm256_setzero_ps();
   }
-  for (int64_t kk = 0; kk < len; ++kk) {
+  int64_t kk = 0;
+  if (R == 1) {
+    // One row: a single accumulator pair would wait on the FMA latency every k, so four pairs
+    // take k in turn and are added at the end.
+    __m256 more[3][2];
+    for (auto& m : more) m[0] = m[1] = _mm256_setzero_ps();
+    for (; kk + 4 <= len; kk += 4) {
+      const bf16* wk = w + kk * kCols;
+      _mm_prefetch(reinterpret_cast<const char*>(wk) + kPrefetchBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wk) + kPrefetchBytes + 64, _MM_HINT_T0);
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) {
+        __m256 w0 = bf16x8_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wk + u * kCols)));
+        __m256 w1 = bf16x8_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wk + u * kCols + 8)));
+        __m256 a = _mm256_broadcast_ss(xf + kk + u);
+        __m256* pair = u == 0 ? acc[0] : more[u - 1];
+        pair[0] = _mm256_fmadd_ps(a, w0, pair[0]);
+        pair[1] = _mm256_fmadd_ps(a, w1, pair[1]);
+      }
+    }
+    for (auto& m : more) {
+      acc[0][0] = _mm256_add_ps(acc[0][0], m[0]);
+      acc[0][1] = _mm256_add_ps(acc[0][1], m[1]);
+    }
+  }
+  for (; kk < len; ++kk) {
     const bf16* wk = w + kk * kCols;
     if (R <= 2) _mm_prefetch(reinterpret_cast<const char*>(wk) + kPrefetchBytes, _MM_HINT_T0);
     __m256 w0 = bf16x8_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wk)));
@@ -81,6 +108,18 @@ void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float
   auto [b0, b1] = split_range(blocks, member, n_members);
   if (b0 == b1) return;
   alignas(32) float xf[kGroupRows * kChunk];
+  if (m == 1) {
+    // Decode: each block's panel whole, so the member streams its weights front to back (k in
+    // chunks of the whole buffer; one chunk up to k = 12288).
+    for (int64_t c0 = 0; c0 < w.k; c0 += kGroupRows * kChunk) {
+      int64_t len = std::min(kGroupRows * kChunk, w.k - c0);
+      convert_bf16_to_f32(x + c0, xf, len);
+      for (int64_t b = b0; b < b1; ++b)
+        tile<1>(xf, w.data.get() + (b * w.k + c0) * kCols, len, y + b * kCols, ldy, w.n - b * kCols,
+                accumulate || c0 > 0);
+    }
+    return;
+  }
   for (int64_t c0 = 0; c0 < w.k; c0 += kChunk) {
     int64_t len = std::min(kChunk, w.k - c0);
     bool load_y = accumulate || c0 > 0;
