@@ -4,8 +4,8 @@
 //   data[(block * k + kk) * 16 + col] = W[block * 16 + col][kk]   (missing columns zero)
 // A micro-tile is up to kRows rows x 16 columns (12 accumulators). x is widened to FP32 once per
 // (row group, k chunk) into a stack buffer and reused by every column block of the member.
-// Decode (one row) goes block by block over whole panels instead, so each member reads its
-// weights as one front-to-back stream.
+// Decode (up to kRows rows) goes block by block over whole panels instead, so each member reads
+// its weights as one front-to-back stream.
 #include <immintrin.h>
 
 #include <cstring>
@@ -23,10 +23,10 @@ constexpr int64_t kChunk = 256;                 // k per chunk
 constexpr int64_t kGroupRows = 8 * kRows;       // x group: 48 x 256 floats = 48 KiB of stack
 constexpr int kPrefetchBytes = 1024;
 
-// y[R][cols] (=|+=) xf[R][len] . W-block (w at the chunk's first k).
+// y[R][cols] (=|+=) xf[R][len] . W-block (w at the chunk's first k); xf rows ldxf apart.
 template <int R>
-void tile(const float* xf, const bf16* w, int64_t len, float* y, int64_t ldy, int64_t cols,
-          bool load_y) {
+void tile(const float* xf, int64_t ldxf, const bf16* w, int64_t len, float* y, int64_t ldy,
+          int64_t cols, bool load_y) {
   float edge[R * kCols];  // partial last block: work on a copy of the valid columns
   float* out = y;
   int64_t ld = ldy;
@@ -73,7 +73,7 @@ void tile(const float* xf, const bf16* w, int64_t len, float* y, int64_t ldy, in
     __m256 w1 = bf16x8_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wk + 8)));
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
-      __m256 a = _mm256_broadcast_ss(xf + r * kChunk + kk);
+      __m256 a = _mm256_broadcast_ss(xf + r * ldxf + kk);
       acc[r][0] = _mm256_fmadd_ps(a, w0, acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(a, w1, acc[r][1]);
     }
@@ -108,15 +108,16 @@ void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float
   auto [b0, b1] = split_range(blocks, member, n_members);
   if (b0 == b1) return;
   alignas(32) float xf[kGroupRows * kChunk];
-  if (m == 1) {
+  if (m <= kRows) {
     // Decode: each block's panel whole, so the member streams its weights front to back (k in
-    // chunks of the whole buffer; one chunk up to k = 12288).
-    for (int64_t c0 = 0; c0 < w.k; c0 += kGroupRows * kChunk) {
-      int64_t len = std::min(kGroupRows * kChunk, w.k - c0);
-      convert_bf16_to_f32(x + c0, xf, len);
+    // chunks that fill the buffer: one chunk up to k = 12288 for one row).
+    const int64_t chunk = kGroupRows * kChunk / m / 8 * 8;
+    for (int64_t c0 = 0; c0 < w.k; c0 += chunk) {
+      int64_t len = std::min(chunk, w.k - c0);
+      for (int64_t r = 0; r < m; ++r) convert_bf16_to_f32(x + r * ldx + c0, xf + r * chunk, len);
       for (int64_t b = b0; b < b1; ++b)
-        tile<1>(xf, w.data.get() + (b * w.k + c0) * kCols, len, y + b * kCols, ldy, w.n - b * kCols,
-                accumulate || c0 > 0);
+        kTiles[m](xf, chunk, w.data.get() + (b * w.k + c0) * kCols, len, y + b * kCols, ldy,
+                  w.n - b * kCols, accumulate || c0 > 0);
     }
     return;
   }
@@ -130,8 +131,8 @@ void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float
         const bf16* panel = w.data.get() + (b * w.k + c0) * kCols;
         for (int64_t r0 = g0; r0 < g1; r0 += kRows) {
           int64_t rows = std::min<int64_t>(kRows, g1 - r0);
-          kTiles[rows](xf + (r0 - g0) * kChunk, panel, len, y + r0 * ldy + b * kCols, ldy,
-                       w.n - b * kCols, load_y);
+          kTiles[rows](xf + (r0 - g0) * kChunk, kChunk, panel, len, y + r0 * ldy + b * kCols,
+                       ldy, w.n - b * kCols, load_y);
         }
       }
     }

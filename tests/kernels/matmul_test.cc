@@ -77,9 +77,10 @@ TEST(Matmul, LargeShapesCrossCacheBlocks) {
   for (Isa isa : supported_isas()) {
     check(isa, {200, 70, 1031}, 2, false, nullptr);
     check(isa, {2, 300, 2053}, 4, true, nullptr);
-    // One row (decode) with k over a decode chunk (12288 on AVX2), with a tail, both ways.
+    // Decode rows with k over a decode chunk (12288 / rows on AVX2), with a tail, both ways.
     check(isa, {1, 37, 24621}, 2, true, nullptr);
     check(isa, {1, 37, 24621}, 3, false, nullptr);
+    check(isa, {5, 40, 5003}, 2, true, nullptr);  // 5 rows: decode chunks of 2456 on AVX2
   }
 }
 
