@@ -31,7 +31,7 @@ void write_positions(KvCache& kv, int64_t layers, int64_t slot, int64_t heads, i
 }
 
 TEST(KvCache, MillionTokenReservationForQwen3_0_6BCommitsOnlyWhatIsWritten) {
-  // Qwen3-0.6B: 28 layers, 8 KV heads, head_dim 128, FP16 -> 56 KiB per position, 112 GiB in all.
+  // Qwen3-0.6B: 28 layers, 8 KV heads, head_dim 128, FP16 -> 112 KiB per position, 112 GiB in all.
   const size_t rss_before = process_resident_bytes();
   KvCache kv(28, 1, 8, kMillion, 128);
   EXPECT_EQ(kv.reserved_bytes(), size_t(28) * 2 * 8 * kMillion * 128 * 2);
