@@ -38,7 +38,7 @@ void transpose8(const f16* src, int64_t lds, float* dst, int64_t ldd) {
 }
 
 // kt[d][j] = k[j * ldk + d] for j < width, zero for width <= j < ldt; fetches the same rows of
-// the block after meanwhile (positions are pages apart: see attention_avx512.cc).
+// the block after meanwhile (positions are whole cache rows apart: see attention_avx512.cc).
 void transpose_block(const f16* k, int64_t ldk, int64_t width, int64_t head_dim, float* kt,
                      int64_t ldt) {
   int64_t full_j = width / 8 * 8;

@@ -229,7 +229,7 @@ void sub_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t
   }
 }
 
-// Brings a row of `count` FP16 into L2 (the V rows, fetched in order during the K pass).
+// Brings a row of `count` FP16 into L2 (the V rows of a block with no block after it).
 inline void fetch_row(const f16* row, int64_t count) {
   for (int64_t i = 0; i < count; i += 32) _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T1);
 }
@@ -300,7 +300,7 @@ inline void dot_block(const float* const* q, const f16* k, int64_t ldk, int64_t 
 // at a time. The (KV head, row) pairs go 16 at a time as the lanes of a vector (kHeads heads of
 // ROWS rows): the K pass gives, per position, the 16 pairs' scores as one vector (dot_block,
 // then one add tree), the online softmax is lane-wise over positions, and P.V goes head by head
-// from cache (the V rows were fetched before the K pass).
+// from cache (its V lines were fetched a block earlier).
 template <int V, int ROWS>
 void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
                      int64_t first_end, const f16* k, const f16* v, int64_t ldkv, int64_t p0,
