@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "kernels/isa_kernels.h"
+#include "kernels/row_fetch.h"
 #include "kernels/vector_math_avx2.h"
 
 namespace ellm::avx2 {
@@ -194,19 +195,17 @@ inline __m256 sum_lanes8(const __m256* v) {
   return _mm256_add_ps(_mm256_permute2f128_ps(ab, cd, 0x20), _mm256_permute2f128_ps(ab, cd, 0x31));
 }
 
-// acc += sum_j p[j * 8] v_j for one row of one head (16 * V dims), 8 vectors of dims at a time.
-// With `ahead` (elements), fetches the lines that far on as it goes.
+// acc += sum_j p[j * 8] v_j for one row of one head (8 * V dims), 8 vectors of dims at a time.
+// With `fetch`, fetches 2 of its lines per position and 64 dims as it goes.
 template <int V>
-void add_pv_row(const float* p, int64_t count, const f16* v, int64_t ldv, float* acc, int64_t ahead) {
+void add_pv_row(const float* p, int64_t count, const f16* v, int64_t ldv, float* acc, RowFetch* fetch) {
   for (int half = 0; half < V; half += 8) {
     __m256 a[8];
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) a[c] = _mm256_loadu_ps(acc + 8 * (half + c));
     for (int64_t j = 0; j < count; ++j) {
       __m256 pj = _mm256_set1_ps(p[j * 8]);
-      if (ahead)
-        for (int c = 0; c < 8; c += 4)
-          _mm_prefetch(reinterpret_cast<const char*>(v + j * ldv + 8 * (half + c) + ahead), _MM_HINT_T0);
+      if (fetch) fetch->step<2>();
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) a[c] = _mm256_fmadd_ps(pj, load_f16x8(v + j * ldv + 8 * (half + c)), a[c]);
     }
@@ -217,10 +216,10 @@ void add_pv_row(const float* p, int64_t count, const f16* v, int64_t ldv, float*
 
 // dots[j][lane0 + r] = 8 partial sums of q_r . k_{p0 + j} for ROWS rows of one KV head and
 // 8 / ROWS positions (positions past `last` repeat it). 8 accumulators in registers. With
-// `ahead` (elements), fetches the lines that far on as it goes.
+// `fetch`, fetches one of its lines (two for one row) per 8 dims as it goes.
 template <int V, int ROWS>
 inline void dot_block(const float* const* q, const f16* k, int64_t ldk, int64_t p0, int64_t last,
-                      __m256 (*dots)[8], int lane0, int64_t ahead) {
+                      __m256 (*dots)[8], int lane0, RowFetch* fetch) {
   constexpr int kPositions = 8 / ROWS;
   const f16* kj[kPositions];
 #pragma GCC unroll 8
@@ -232,9 +231,9 @@ inline void dot_block(const float* const* q, const f16* k, int64_t ldk, int64_t 
     for (int r = 0; r < ROWS; ++r) a[j][r] = _mm256_setzero_ps();
 #pragma GCC unroll 4
   for (int c = 0; c < V; ++c) {
+    if (fetch) fetch->step<ROWS == 1 ? 2 : 1>();
 #pragma GCC unroll 8
     for (int j = 0; j < kPositions; ++j) {
-      if (ahead && c % 4 == 0) _mm_prefetch(reinterpret_cast<const char*>(kj[j] + 8 * c + ahead), _MM_HINT_T0);
       __m256 kc = load_f16x8(kj[j] + 8 * c);
 #pragma GCC unroll 8
       for (int r = 0; r < ROWS; ++r) a[j][r] = _mm256_fmadd_ps(kc, _mm256_loadu_ps(q[r] + 8 * c), a[j][r]);
@@ -273,17 +272,20 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
       const __m256i vis = _mm256_load_si256(reinterpret_cast<const __m256i*>(visible));
       auto in_block = [&](int j) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(vis, _mm256_set1_epi32(j))); };
 
-      // s[j] lane t = scale * q_t . k_j, from dot_block's partial sums. K and V lines one block
-      // on are fetched during the compute (see the AVX-512 twin).
-      const int64_t ahead = j0 + 16 <= p1 ? 8 * ldkv : 0;
-      if (h0 == 0 && ahead == 0)
+      // s[j] lane t = scale * q_t . k_j, from dot_block's partial sums. The K and V of these
+      // heads in the next block are fetched during the compute, in memory order, and the first
+      // block's V in one go (see the AVX-512 twin).
+      const int64_t next = std::min<int64_t>(8, p1 - j0 - 8);
+      RowFetch fetch_k(k + h0 * kHeadDim, j0 + 8, next, ldkv, heads * kHeadDim);
+      RowFetch fetch_v(v + h0 * kHeadDim, j0 + 8, next, ldkv, heads * kHeadDim);
+      if (j0 == p0)
         for (int j = 0; j < count; ++j)
-          for (int64_t i = 0; i < n_kv_heads * kHeadDim; i += 32)  // one cache line per 32 FP16
-            _mm_prefetch(reinterpret_cast<const char*>(v + (j0 + j) * ldkv + i), _MM_HINT_T1);
+          for (int64_t i = 0; i < heads * kHeadDim; i += 32)  // one cache line per 32 FP16
+            _mm_prefetch(reinterpret_cast<const char*>(v + (j0 + j) * ldkv + h0 * kHeadDim + i), _MM_HINT_T1);
       for (int64_t hh = 0; hh < heads; ++hh)
         for (int jb = 0; jb < 8; jb += 8 / ROWS)
           dot_block<V, ROWS>(qr + hh * ROWS, k + (h0 + hh) * kHeadDim, ldkv, j0 + jb, j0 + count - 1,
-                             dots + jb, int(hh * ROWS), ahead);
+                             dots + jb, int(hh * ROWS), fetch_k.active() ? &fetch_k : nullptr);
       __m256 s[8];
       for (int j = 0; j < 8; ++j) s[j] = _mm256_mul_ps(sum_lanes8(dots[j]), vscale);
 
@@ -315,7 +317,7 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
 
       for (int64_t t = 0; t < used; ++t)  // acc_t += p_tj v_j, from cache
         add_pv_row<V>(p + t, count, v + j0 * ldkv + (h0 + t / ROWS) * kHeadDim, ldkv, acc + (i0 + t) * kHeadDim,
-                      t % ROWS == 0 ? ahead : 0);
+                      t % ROWS == 0 && fetch_v.active() ? &fetch_v : nullptr);
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "kernels/isa_kernels.h"
+#include "kernels/row_fetch.h"
 #include "kernels/vector_math_avx512.h"
 
 namespace ellm::avx512 {
@@ -235,9 +236,9 @@ inline void fetch_row(const f16* row, int64_t count) {
 }
 
 // acc[r] += sum_j p[j * 16 + r] v_j for R rows of one head (16 * V dims), j < count. With
-// `ahead` (elements), fetches the lines that far on as it goes.
+// `fetch`, fetches V / 2 of its lines per position as it goes.
 template <int R, int V>
-void add_pv(const float* p, int64_t count, const f16* v, int64_t ldv, float* acc, int64_t ahead) {
+void add_pv(const float* p, int64_t count, const f16* v, int64_t ldv, float* acc, RowFetch* fetch) {
   __m512 a[R][V];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
@@ -247,9 +248,9 @@ void add_pv(const float* p, int64_t count, const f16* v, int64_t ldv, float* acc
     __m512 pj[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) pj[r] = _mm512_set1_ps(p[j * 16 + r]);
+    if (fetch) fetch->step<V / 2>();
 #pragma GCC unroll 16
     for (int c = 0; c < V; ++c) {
-      if (ahead && c % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(v + j * ldv + 16 * c + ahead), _MM_HINT_T0);
       __m512 vc = load_f16x16(v + j * ldv + 16 * c);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) a[r][c] = _mm512_fmadd_ps(pj[r], vc, a[r][c]);
@@ -263,11 +264,11 @@ void add_pv(const float* p, int64_t count, const f16* v, int64_t ldv, float* acc
 
 // dots[j][lane0 + r] = 16 partial sums of q_r . k_{p0 + j} for ROWS rows of one KV head and
 // 16 / ROWS positions (positions past `last` repeat it; the caller masks them). q[r] points at
-// row r's query, k at position 0 of the head. 16 accumulators in registers. With `ahead`
-// (elements), fetches the lines that far on as it goes.
+// row r's query, k at position 0 of the head. 16 accumulators in registers. With `fetch`,
+// fetches 8 / ROWS of its lines per 16 dimensions as it goes.
 template <int V, int ROWS>
 inline void dot_block(const float* const* q, const f16* k, int64_t ldk, int64_t p0, int64_t last,
-                      __m512 (*dots)[16], int lane0, int64_t ahead) {
+                      __m512 (*dots)[16], int lane0, RowFetch* fetch) {
   constexpr int kPositions = 16 / ROWS;
   const f16* kj[kPositions];
 #pragma GCC unroll 16
@@ -282,9 +283,9 @@ inline void dot_block(const float* const* q, const f16* k, int64_t ldk, int64_t 
     __m512 qc[ROWS];
 #pragma GCC unroll 8
     for (int r = 0; r < ROWS; ++r) qc[r] = _mm512_loadu_ps(q[r] + 16 * c);
+    if (fetch) fetch->step<8 / ROWS>();
 #pragma GCC unroll 16
     for (int j = 0; j < kPositions; ++j) {
-      if (ahead && c % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(kj[j] + 16 * c + ahead), _MM_HINT_T0);
       __m512 kc = load_f16x16(kj[j] + 16 * c);
 #pragma GCC unroll 8
       for (int r = 0; r < ROWS; ++r) a[j][r] = _mm512_fmadd_ps(kc, qc[r], a[j][r]);
@@ -331,16 +332,19 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
       // s[j] lane t = scale * q_t . k_j. dots[j][t] holds the dot product as 16 partial sums,
       // computed by register blocks of 16 / ROWS positions x ROWS rows of one head: each K chunk
       // is converted once and serves every row, each q chunk is loaded once per block.
-      // The K pass and P.V fetch the lines they will read one block later: spread over the
-      // compute, so memory streams while it runs. Near the end of the range, where there is no
-      // block after, the V rows of this block are fetched in one go instead.
-      const int64_t ahead = j0 + 32 <= p1 ? 16 * ldkv : 0;
-      if (h0 == 0 && ahead == 0)
-        for (int j = 0; j < count; ++j) fetch_row(v + (j0 + j) * ldkv, n_kv_heads * kHeadDim);
+      // The K pass and P.V fetch the K and V of these heads in the next block, in memory
+      // order, spread over the compute, so memory streams while it runs. Nothing fetched the
+      // first block's V: it is fetched in one go, during the K pass.
+      const int64_t next = std::min<int64_t>(16, p1 - j0 - 16);
+      RowFetch fetch_k(k + h0 * kHeadDim, j0 + 16, next, ldkv, heads * kHeadDim);
+      RowFetch fetch_v(v + h0 * kHeadDim, j0 + 16, next, ldkv, heads * kHeadDim);
+      if (j0 == p0)
+        for (int j = 0; j < count; ++j) fetch_row(v + (j0 + j) * ldkv + h0 * kHeadDim, heads * kHeadDim);
       for (int hh = 0; hh < heads; ++hh)
         for (int jb = 0; jb < 16; jb += kBlockPositions)
           dot_block<V, ROWS>(qr + hh * ROWS, k + (h0 + hh) * kHeadDim, ldkv, j0 + jb,
-                             j0 + count - 1, dots + jb, hh * ROWS, ahead);
+                             j0 + count - 1, dots + jb, hh * ROWS,
+                             fetch_k.active() ? &fetch_k : nullptr);
       __m512 s[16];
       for (int j = 0; j < 16; ++j) s[j] = _mm512_mul_ps(sum_lanes16(dots[j]), vscale);
 
@@ -379,10 +383,11 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
         const f16* vh = v + j0 * ldkv + (h0 + hh) * kHeadDim;
         for (int r = 0; r < ROWS; r += 2) {
           int64_t t = hh * ROWS + r;
+          RowFetch* fetch = r == 0 && fetch_v.active() ? &fetch_v : nullptr;
           if (r + 1 < ROWS)
-            add_pv<2, V>(p + t, count, vh, ldkv, acc + (i0 + t) * kHeadDim, r == 0 ? ahead : 0);
+            add_pv<2, V>(p + t, count, vh, ldkv, acc + (i0 + t) * kHeadDim, fetch);
           else
-            add_pv<1, V>(p + t, count, vh, ldkv, acc + (i0 + t) * kHeadDim, r == 0 ? ahead : 0);
+            add_pv<1, V>(p + t, count, vh, ldkv, acc + (i0 + t) * kHeadDim, fetch);
         }
       }
     }

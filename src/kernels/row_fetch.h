@@ -1,0 +1,45 @@
+#pragma once
+// Software prefetch of a block of cache rows in memory order, a few lines at a time, for the
+// decode attention kernels (the *_avx2.cc and *_avx512.cc files; _mm_prefetch is SSE).
+//
+// Why memory order: the decode kernels read one head's part of each row at a time (256 bytes of
+// every 2 KiB for Qwen3-0.6B), but the lines they fetch for the next block are whole rows, front
+// to back. Fetched in the kernels' own head order, a 32k-position decode streamed 5-15% slower.
+#include <xmmintrin.h>
+
+#include <cstdint>
+
+namespace ellm {
+
+class RowFetch {
+ public:
+  RowFetch() = default;  // nothing to fetch
+  // Rows [row0, row0 + rows) x elements [0, width) of the FP16 rows `ld` elements apart at
+  // `base`; nothing when rows <= 0.
+  RowFetch(const uint16_t* base, int64_t row0, int64_t rows, int64_t ld, int64_t width)
+      : row_(rows > 0 ? reinterpret_cast<const char*>(base + row0 * ld) : nullptr),
+        width_(width * 2), stride_(ld * 2), rows_left_(rows) {}
+
+  bool active() const { return row_ != nullptr; }
+
+  // Fetches the next `lines` cache lines (fewer at the end).
+  template <int lines>
+  void step() {
+#pragma GCC unroll 8
+    for (int i = 0; i < lines; ++i) {
+      if (!row_) return;
+      _mm_prefetch(row_ + offset_, _MM_HINT_T0);
+      offset_ += 64;
+      if (offset_ >= width_) {
+        offset_ = 0;
+        row_ = --rows_left_ > 0 ? row_ + stride_ : nullptr;
+      }
+    }
+  }
+
+ private:
+  const char* row_ = nullptr;
+  int64_t offset_ = 0, width_ = 0, stride_ = 0, rows_left_ = 0;
+};
+
+}  // namespace ellm
