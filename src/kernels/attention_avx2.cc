@@ -272,20 +272,15 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
       const __m256i vis = _mm256_load_si256(reinterpret_cast<const __m256i*>(visible));
       auto in_block = [&](int j) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(vis, _mm256_set1_epi32(j))); };
 
-      // s[j] lane t = scale * q_t . k_j, from dot_block's partial sums. The K and V of these
-      // heads in the next block are fetched during the compute, in memory order, and the first
-      // block's V in one go (see the AVX-512 twin).
+      // s[j] lane t = scale * q_t . k_j, from dot_block's partial sums. The K pass fetches this
+      // block's V, P.V the next block's K (see the AVX-512 twin).
       const int64_t next = std::min<int64_t>(8, p1 - j0 - 8);
-      RowFetch fetch_k(k + h0 * kHeadDim, j0 + 8, next, ldkv, heads * kHeadDim);
-      RowFetch fetch_v(v + h0 * kHeadDim, j0 + 8, next, ldkv, heads * kHeadDim);
-      if (j0 == p0)
-        for (int j = 0; j < count; ++j)
-          for (int64_t i = 0; i < heads * kHeadDim; i += 32)  // one cache line per 32 FP16
-            _mm_prefetch(reinterpret_cast<const char*>(v + (j0 + j) * ldkv + h0 * kHeadDim + i), _MM_HINT_T1);
+      RowFetch this_v(v + h0 * kHeadDim, j0, count, ldkv, heads * kHeadDim);
+      RowFetch next_k(k + h0 * kHeadDim, j0 + 8, next, ldkv, heads * kHeadDim);
       for (int64_t hh = 0; hh < heads; ++hh)
         for (int jb = 0; jb < 8; jb += 8 / ROWS)
           dot_block<V, ROWS>(qr + hh * ROWS, k + (h0 + hh) * kHeadDim, ldkv, j0 + jb, j0 + count - 1,
-                             dots + jb, int(hh * ROWS), fetch_k.active() ? &fetch_k : nullptr);
+                             dots + jb, int(hh * ROWS), &this_v);
       __m256 s[8];
       for (int j = 0; j < 8; ++j) s[j] = _mm256_mul_ps(sum_lanes8(dots[j]), vscale);
 
@@ -317,7 +312,7 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
 
       for (int64_t t = 0; t < used; ++t)  // acc_t += p_tj v_j, from cache
         add_pv_row<V>(p + t, count, v + j0 * ldkv + (h0 + t / ROWS) * kHeadDim, ldkv, acc + (i0 + t) * kHeadDim,
-                      t % ROWS == 0 && fetch_v.active() ? &fetch_v : nullptr);
+                      t % ROWS == 0 && next_k.active() ? &next_k : nullptr);
     }
   }
 }

@@ -3,8 +3,8 @@
 // decode attention kernels (the *_avx2.cc and *_avx512.cc files; _mm_prefetch is SSE).
 //
 // Why memory order: the decode kernels read one head's part of each row at a time (256 bytes of
-// every 2 KiB for Qwen3-0.6B), but the lines they fetch for the next block are whole rows, front
-// to back. Fetched in the kernels' own head order, a 32k-position decode streamed 5-15% slower.
+// every 2 KiB for Qwen3-0.6B), but the lines they fetch ahead are whole rows, front to back.
+// Fetched in the kernels' own head order, a 32k-position decode streamed 5-15% slower.
 #include <xmmintrin.h>
 
 #include <cstdint>
