@@ -26,15 +26,18 @@ class RowFetch {
   template <int lines>
   void step() {
 #pragma GCC unroll 8
-    for (int i = 0; i < lines; ++i) {
-      if (!row_) return;
-      _mm_prefetch(row_ + offset_, _MM_HINT_T0);
-      offset_ += 64;
-      if (offset_ >= width_) {
-        offset_ = 0;
-        row_ = --rows_left_ > 0 ? row_ + stride_ : nullptr;
-      }
+    for (int i = 0; i < lines && row_; ++i) _mm_prefetch(next_line(), _MM_HINT_T0);
+  }
+
+  // The next line's address, and moves past it; call only while active().
+  const char* next_line() {
+    const char* line = row_ + offset_;
+    offset_ += 64;
+    if (offset_ >= width_) {
+      offset_ = 0;
+      row_ = --rows_left_ > 0 ? row_ + stride_ : nullptr;
     }
+    return line;
   }
 
  private:
