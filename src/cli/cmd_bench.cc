@@ -139,6 +139,7 @@ struct Bench {
     double bandwidth_before = read_bandwidth_now();
     model.reset_profile();
     uint64_t experts_before = model.expert_bytes_read();
+    int64_t solo_before = model.solo_switches();
     std::vector<std::vector<BatchToken>> step_tokens(static_cast<size_t>(steps));
     for (int64_t s = 0; s < steps; ++s)
       for (int32_t slot = 0; slot < batch; ++slot)
@@ -163,7 +164,9 @@ struct Bench {
                 {"fraction_of_bandwidth", bytes_per_step * double(steps) / seconds / bandwidth},
                 // A thread that waits past its spin sleeps in the kernel: a system call per sleep.
                 {"sleeps_per_step",
-                 double(usage_after.ru_nvcsw - usage_before.ru_nvcsw) / double(steps)}};
+                 double(usage_after.ru_nvcsw - usage_before.ru_nvcsw) / double(steps)},
+                // Times the team found a core shared (runqueue waits) and ran on one thread.
+                {"solo_switches", model.solo_switches() - solo_before}};
     row.update(profile_json(seconds));
     add_expert_figures(row, model.expert_bytes_read() - experts_before, double(batch * steps), steps);
     return row;

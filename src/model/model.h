@@ -67,6 +67,8 @@ class Model {
   // divide its growth by the tokens of a pass.
   virtual uint64_t expert_bytes_read() const { return 0; }
   virtual size_t expert_weight_bytes() const { return 0; }  // all experts of all layers
+  // How many times the forward's thread team has found its cores shared and gone solo.
+  virtual int64_t solo_switches() const { return 0; }
 
   // Profiling costs a clock read per operation; off unless a benchmark asks.
   virtual void enable_profile(bool on) {}

@@ -64,6 +64,7 @@ class Qwen3Model final : public Model {
   size_t weight_bytes() const override { return weights_.bytes; }
   uint64_t expert_bytes_read() const override { return expert_bytes_read_.load(); }
   size_t expert_weight_bytes() const override { return weights_.expert_bytes; }
+  int64_t solo_switches() const override { return team_.solo_switches(); }
   void enable_profile(bool on) override { profiler_.enable(on); }
   void reset_profile() override { profiler_.reset(); }
   ForwardProfile profile() const override { return profiler_.snapshot(); }
