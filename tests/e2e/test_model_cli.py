@@ -141,6 +141,8 @@ def main():
                   abs(x["fraction_of_bandwidth"] - x["achieved_bandwidth_gbs"] / x["read_bandwidth_gbs"]) < 1e-9
                   for x in decodes), "each decode row: tokens/s, and bandwidth against its own reading")
         check(all(x["sleeps_per_step"] >= 0 for x in decodes), "each decode row counts the threads' sleeps per step")
+        check(all(isinstance(x["solo_switches"], int) and x["solo_switches"] >= 0 for x in decodes),
+              "each decode row counts the team's switches to one thread")
         check([x["context_filled_by"] for x in decodes if x["kind"] == "decode_context"] == ["prefill", "zeros"],
               "a context that is also a prompt length is prefilled; the other one is zeros")
         check(decodes[-1]["bytes_per_step"] > decodes[0]["bytes_per_step"],
