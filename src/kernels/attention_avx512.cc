@@ -328,8 +328,9 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
       // computed by register blocks of 16 / ROWS positions x ROWS rows of one head: each K chunk
       // is converted once and serves every row, each q chunk is loaded once per block.
       // Memory streams while the compute runs: the K pass fetches this block's V, P.V the next
-      // block's K, each in memory order, a few lines per step (half a block ahead: fetched a
-      // whole block ahead, more of the lines left L1 before use, and 32k decode ran 5-10% slower).
+      // block's K, each in memory order, a few lines per step: half a block ahead. A whole block
+      // ahead ran 5-10% slower at 32k; likely because a block's K and V (64 KiB for Qwen3-0.6B)
+      // overflow L1, so fetched lines left it before use.
       const int64_t next = std::min<int64_t>(16, p1 - j0 - 16);
       RowFetch this_v(v + h0 * kHeadDim, j0, count, ldkv, heads * kHeadDim);
       RowFetch next_k(k + h0 * kHeadDim, j0 + 16, next, ldkv, heads * kHeadDim);
