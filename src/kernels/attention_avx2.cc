@@ -312,7 +312,7 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
 
       for (int64_t t = 0; t < used; ++t)  // acc_t += p_tj v_j, from cache
         add_pv_row<V>(p + t, count, v + j0 * ldkv + (h0 + t / ROWS) * kHeadDim, ldkv, acc + (i0 + t) * kHeadDim,
-                      t % ROWS == 0 && next_k.active() ? &next_k : nullptr);
+                      t % ROWS == 0 ? &next_k : nullptr);
     }
   }
 }

@@ -376,7 +376,7 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
         const f16* vh = v + j0 * ldkv + (h0 + hh) * kHeadDim;
         for (int r = 0; r < ROWS; r += 2) {
           int64_t t = hh * ROWS + r;
-          RowFetch* fetch = r == 0 && next_k.active() ? &next_k : nullptr;
+          RowFetch* fetch = r == 0 ? &next_k : nullptr;  // one fetch per head
           if (r + 1 < ROWS)
             add_pv<2, V>(p + t, count, vh, ldkv, acc + (i0 + t) * kHeadDim, fetch);
           else
