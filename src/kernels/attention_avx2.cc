@@ -215,11 +215,11 @@ void add_pv_row(const float* p, int64_t count, const f16* v, int64_t ldv, float*
 }
 
 // dots[j][lane0 + r] = 8 partial sums of q_r . k_{p0 + j} for ROWS rows of one KV head and
-// 8 / ROWS positions (positions past `last` repeat it). 8 accumulators in registers. With
-// `fetch`, fetches one of its lines (two for one row) per 8 dims as it goes.
+// 8 / ROWS positions (positions past `last` repeat it). 8 accumulators in registers.
+// Fetches one of `fetch`'s lines (two for one row) per 8 dims as it goes.
 template <int V, int ROWS>
 inline void dot_block(const float* const* q, const f16* k, int64_t ldk, int64_t p0, int64_t last,
-                      __m256 (*dots)[8], int lane0, RowFetch* fetch) {
+                      __m256 (*dots)[8], int lane0, RowFetch& fetch) {
   constexpr int kPositions = 8 / ROWS;
   const f16* kj[kPositions];
 #pragma GCC unroll 8
@@ -231,7 +231,7 @@ inline void dot_block(const float* const* q, const f16* k, int64_t ldk, int64_t 
     for (int r = 0; r < ROWS; ++r) a[j][r] = _mm256_setzero_ps();
 #pragma GCC unroll 4
   for (int c = 0; c < V; ++c) {
-    if (fetch) fetch->step<ROWS == 1 ? 2 : 1>();
+    fetch.step<ROWS == 1 ? 2 : 1>();
 #pragma GCC unroll 8
     for (int j = 0; j < kPositions; ++j) {
       __m256 kc = load_f16x8(kj[j] + 8 * c);
@@ -280,7 +280,7 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
       for (int64_t hh = 0; hh < heads; ++hh)
         for (int jb = 0; jb < 8; jb += 8 / ROWS)
           dot_block<V, ROWS>(qr + hh * ROWS, k + (h0 + hh) * kHeadDim, ldkv, j0 + jb, j0 + count - 1,
-                             dots + jb, int(hh * ROWS), &this_v);
+                             dots + jb, int(hh * ROWS), this_v);
       __m256 s[8];
       for (int j = 0; j < 8; ++j) s[j] = _mm256_mul_ps(sum_lanes8(dots[j]), vscale);
 

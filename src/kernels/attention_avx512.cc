@@ -259,11 +259,11 @@ void add_pv(const float* p, int64_t count, const f16* v, int64_t ldv, float* acc
 
 // dots[j][lane0 + r] = 16 partial sums of q_r . k_{p0 + j} for ROWS rows of one KV head and
 // 16 / ROWS positions (positions past `last` repeat it; the caller masks them). q[r] points at
-// row r's query, k at position 0 of the head. 16 accumulators in registers. With `fetch`,
-// fetches 8 / ROWS of its lines per 16 dimensions as it goes.
+// row r's query, k at position 0 of the head. 16 accumulators in registers. Fetches 8 / ROWS of
+// `fetch`'s lines per 16 dimensions as it goes.
 template <int V, int ROWS>
 inline void dot_block(const float* const* q, const f16* k, int64_t ldk, int64_t p0, int64_t last,
-                      __m512 (*dots)[16], int lane0, RowFetch* fetch) {
+                      __m512 (*dots)[16], int lane0, RowFetch& fetch) {
   constexpr int kPositions = 16 / ROWS;
   const f16* kj[kPositions];
 #pragma GCC unroll 16
@@ -278,7 +278,7 @@ inline void dot_block(const float* const* q, const f16* k, int64_t ldk, int64_t 
     __m512 qc[ROWS];
 #pragma GCC unroll 8
     for (int r = 0; r < ROWS; ++r) qc[r] = _mm512_loadu_ps(q[r] + 16 * c);
-    if (fetch) fetch->step<8 / ROWS>();
+    fetch.step<8 / ROWS>();
 #pragma GCC unroll 16
     for (int j = 0; j < kPositions; ++j) {
       __m512 kc = load_f16x16(kj[j] + 16 * c);
@@ -337,7 +337,7 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
       for (int hh = 0; hh < heads; ++hh)
         for (int jb = 0; jb < 16; jb += kBlockPositions)
           dot_block<V, ROWS>(qr + hh * ROWS, k + (h0 + hh) * kHeadDim, ldkv, j0 + jb,
-                             j0 + count - 1, dots + jb, hh * ROWS, &this_v);
+                             j0 + count - 1, dots + jb, hh * ROWS, this_v);
       __m512 s[16];
       for (int j = 0; j < 16; ++j) s[j] = _mm512_mul_ps(sum_lanes16(dots[j]), vscale);
 
