@@ -16,6 +16,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/cpu.h"
@@ -53,10 +54,16 @@ std::vector<int64_t> parse_list(const std::string& text) {
   return out;
 }
 
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n == 0 ? 0 : n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
 struct Bench {
   Model& model;
   double peak_flops;
-  int threads;
+  ReadBandwidthProbe& probe;
   std::mt19937 rng{1234};
   std::vector<float> logits;
 
@@ -126,17 +133,23 @@ struct Bench {
     return row;
   }
 
-  // `steps` decode passes of `batch` slots whose contexts already hold `context` positions.
-  // This machine's read bandwidth now. It drifts by tens of percent over minutes in a VM with
-  // neighbours, so each decode run is judged against the better of a reading just before it and
-  // one just after.
-  double read_bandwidth_now() const {
-    ThreadTeam team(threads, /*pin=*/true, /*adaptive=*/false);
-    return measure_read_bandwidth(team, size_t(512) << 20, 3);
+  // The machine's read bandwidth now. It swings by tens of percent within seconds in a VM with
+  // neighbours. The pauses let both teams' workers stop spinning (2 ms) before the other runs.
+  double read_bandwidth_now() {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    double bandwidth = probe.measure(3);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    return bandwidth;
   }
 
+  // `steps` decode passes of `batch` slots whose contexts already hold `context` positions.
+  // Because the bandwidth swings, the run goes in kParts parts with a reading between each two:
+  // a part is judged against the better of the readings just before and just after it, and
+  // fraction_of_bandwidth is the median over the parts. The whole run against the better of the
+  // first and last readings is fraction_of_bandwidth_whole_run.
   json decode(int64_t batch, int64_t context, int64_t steps, const char* label) {
-    double bandwidth_before = read_bandwidth_now();
+    constexpr int64_t kParts = 8;
+    const int64_t parts = std::min(steps, kParts);
     model.reset_profile();
     uint64_t experts_before = model.expert_bytes_read();
     int64_t solo_before = model.solo_switches();
@@ -144,27 +157,47 @@ struct Bench {
     for (int64_t s = 0; s < steps; ++s)
       for (int32_t slot = 0; slot < batch; ++slot)
         step_tokens[size_t(s)].push_back({int32_t(s % 1000), slot, int32_t(context + s), true});
-    rusage usage_before{};
-    getrusage(RUSAGE_SELF, &usage_before);
-    double start = now_seconds();
-    for (int64_t s = 0; s < steps; ++s) model.forward(step_tokens[size_t(s)], logits.data());
-    double seconds = now_seconds() - start;
-    rusage usage_after{};
-    getrusage(RUSAGE_SELF, &usage_after);
-    double bandwidth = std::max(bandwidth_before, read_bandwidth_now());
-    double bytes_per_step = bytes_read() / double(steps);
-    double tps = double(batch * steps) / seconds;
+    std::vector<double> readings{read_bandwidth_now()}, part_seconds;
+    std::vector<int64_t> part_steps;
+    int64_t sleeps = 0;  // the workers' sleeps in the parts; not the pauses around the readings
+    for (int64_t part = 0; part < parts; ++part) {
+      const int64_t begin = steps * part / parts, end = steps * (part + 1) / parts;
+      rusage usage_before{}, usage_after{};
+      getrusage(RUSAGE_SELF, &usage_before);
+      double start = now_seconds();
+      for (int64_t s = begin; s < end; ++s) model.forward(step_tokens[size_t(s)], logits.data());
+      part_seconds.push_back(now_seconds() - start);
+      getrusage(RUSAGE_SELF, &usage_after);
+      sleeps += usage_after.ru_nvcsw - usage_before.ru_nvcsw;
+      part_steps.push_back(end - begin);
+      readings.push_back(read_bandwidth_now());
+    }
+    double seconds = 0;
+    for (double t : part_seconds) seconds += t;
+    const double bytes_per_step = bytes_read() / double(steps);
+    std::vector<double> part_fractions, part_references;
+    for (size_t i = 0; i < part_seconds.size(); ++i) {
+      double reference = std::max(readings[i], readings[i + 1]);
+      part_references.push_back(reference);
+      part_fractions.push_back(bytes_per_step * double(part_steps[i]) / part_seconds[i] / reference);
+    }
+    const double whole_run_reference = std::max(readings.front(), readings.back());
+    std::vector<double> readings_gbs;
+    for (double r : readings) readings_gbs.push_back(r / 1e9);
+    const double achieved = bytes_per_step * double(steps) / seconds;
     json row = {{"kind", label},
                 {"batch", batch},
                 {"context", context},
-                {"tokens_per_s", tps},
+                {"tokens_per_s", double(batch * steps) / seconds},
                 {"bytes_per_step", bytes_per_step},
-                {"achieved_bandwidth_gbs", bytes_per_step * double(steps) / seconds / 1e9},
-                {"read_bandwidth_gbs", bandwidth / 1e9},
-                {"fraction_of_bandwidth", bytes_per_step * double(steps) / seconds / bandwidth},
+                {"achieved_bandwidth_gbs", achieved / 1e9},
+                {"read_bandwidth_gbs", median(part_references) / 1e9},
+                {"fraction_of_bandwidth", median(part_fractions)},
+                {"fraction_of_bandwidth_whole_run", achieved / whole_run_reference},
+                {"part_fractions_of_bandwidth", part_fractions},
+                {"part_read_bandwidths_gbs", readings_gbs},
                 // A thread that waits past its spin sleeps in the kernel: a system call per sleep.
-                {"sleeps_per_step",
-                 double(usage_after.ru_nvcsw - usage_before.ru_nvcsw) / double(steps)},
+                {"sleeps_per_step", double(sleeps) / double(steps)},
                 // Times the team found a core shared (runqueue waits) and ran on one thread.
                 {"solo_switches", model.solo_switches() - solo_before}};
     row.update(profile_json(seconds));
@@ -241,15 +274,16 @@ void print_table(const std::vector<json>& rows, const json& machine) {
                 100 * r.value("/gemm/fraction_of_peak"_json_pointer, 0.0),
                 100 * r.value("/attention/share_of_time"_json_pointer, 0.0));
   }
-  std::printf("\n%-16s %7s %7s %10s %12s %10s %10s %10s\n", "run", "batch", "context", "tokens/s",
-              "MB/step", "GB/s", "read GB/s", "% of read");
+  std::printf("\n%-16s %7s %7s %10s %12s %10s %10s %10s %10s\n", "run", "batch", "context",
+              "tokens/s", "MB/step", "GB/s", "read GB/s", "% of read", "whole run");
   for (const json& r : rows) {
     if (r["kind"] == "prefill") continue;
-    std::printf("%-16s %7lld %7lld %10.1f %12.1f %10.1f %10.1f %9.1f%%\n",
+    std::printf("%-16s %7lld %7lld %10.1f %12.1f %10.1f %10.1f %9.1f%% %9.1f%%\n",
                 r["kind"].get<std::string>().c_str(), (long long)r["batch"].get<int64_t>(),
                 (long long)r["context"].get<int64_t>(), r["tokens_per_s"].get<double>(),
                 r["bytes_per_step"].get<double>() / 1e6, r["achieved_bandwidth_gbs"].get<double>(),
-                r["read_bandwidth_gbs"].get<double>(), 100 * r["fraction_of_bandwidth"].get<double>());
+                r["read_bandwidth_gbs"].get<double>(), 100 * r["fraction_of_bandwidth"].get<double>(),
+                100 * r["fraction_of_bandwidth_whole_run"].get<double>());
   }
   for (const json& r : rows) {
     if (!r.contains("expert_bytes_per_token")) continue;
@@ -328,10 +362,13 @@ int cmd_bench(int argc, char** argv) {
   for (int64_t b : batch_list) limits.batch_size = std::max(limits.batch_size, b);
   limits.chunk_size = longest;
   limits.threads = threads;
+  // Its own team and buffer, made before the model takes the memory.
+  ThreadTeam probe_team(threads, /*pin=*/true, /*adaptive=*/false);
+  ReadBandwidthProbe probe(probe_team, size_t(256) << 20);
   auto model = Model::load(model_path, limits);
   model->enable_profile(true);
 
-  Bench bench{*model, machine["peak_flops"], threads};
+  Bench bench{*model, machine["peak_flops"], probe};
   // One row per token that wants logits: the last of a prefill, each slot's in decode. (A row for
   // every token of a 32k pass would be 20 GB for Qwen3's vocabulary.)
   bench.logits.resize(size_t(limits.batch_size * model->vocab_size()));

@@ -56,23 +56,26 @@ double measure_peak_flops(ThreadTeam& team, double seconds) {
   return flop_per_iteration * double(iterations) * team.size() / best;
 }
 
-double measure_read_bandwidth(ThreadTeam& team, size_t bytes, int passes) {
-  bytes = bytes / (4096 * size_t(team.size())) * 4096 * size_t(team.size());
-  Buffer<uint8_t> buffer = make_buffer<uint8_t>(bytes);
+ReadBandwidthProbe::ReadBandwidthProbe(ThreadTeam& team, size_t bytes)
+    : team_(team), bytes_(bytes / (4096 * size_t(team.size())) * 4096 * size_t(team.size())),
+      buffer_(make_buffer<uint8_t>(bytes_)) {
   // Touch every page from its reading thread first, so the pages are committed (and, on NUMA
   // machines, local to that thread).
-  team.run([&](int member, int n) {
-    auto [begin, end] = split_range(int64_t(bytes), member, n);
-    std::memset(buffer.get() + begin, int(member + 1), size_t(end - begin));
+  team_.run([&](int member, int n) {
+    auto [begin, end] = split_range(int64_t(bytes_ / 4096), member, n);
+    std::memset(buffer_.get() + begin * 4096, int(member + 1), size_t(end - begin) * 4096);
   });
+}
+
+double ReadBandwidthProbe::measure(int passes) {
   Isa isa = active_isa();
   std::atomic<uint64_t> sink{0};
   double best = 1e30;
   for (int pass = 0; pass < passes; ++pass) {
     double start = now_seconds();
-    team.run([&](int member, int n) {
-      auto [begin, end] = split_range(int64_t(bytes / 4096), member, n);
-      const uint8_t* part = buffer.get() + begin * 4096;
+    team_.run([&](int member, int n) {
+      auto [begin, end] = split_range(int64_t(bytes_ / 4096), member, n);
+      const uint8_t* part = buffer_.get() + begin * 4096;
       size_t part_bytes = size_t(end - begin) * 4096;
       uint64_t v = isa >= Isa::avx512 ? read_stream_avx512(part, part_bytes)
                    : isa == Isa::avx2 ? read_stream_avx2(part, part_bytes)
@@ -81,7 +84,11 @@ double measure_read_bandwidth(ThreadTeam& team, size_t bytes, int passes) {
     });
     best = std::min(best, now_seconds() - start);
   }
-  return double(bytes) / best;
+  return double(bytes_) / best;
+}
+
+double measure_read_bandwidth(ThreadTeam& team, size_t bytes, int passes) {
+  return ReadBandwidthProbe(team, bytes).measure(passes);
 }
 
 }  // namespace ellm

@@ -1,6 +1,9 @@
 #pragma once
 // The machine's own limits, measured: what `ellm bench` divides achieved figures by.
 #include <cstddef>
+#include <cstdint>
+
+#include "base/memory.h"
 
 namespace ellm {
 
@@ -13,5 +16,18 @@ double measure_peak_flops(ThreadTeam& team, double seconds = 0.3);
 // Read bandwidth of all members streaming disjoint parts of a buffer of `bytes` (choose it far
 // beyond the last-level cache), in bytes/s; best of a few passes.
 double measure_read_bandwidth(ThreadTeam& team, size_t bytes = size_t(1) << 30, int passes = 5);
+
+// The same reading, taken again and again from one buffer committed once: for readings between
+// the parts of a run, which must not each pay to commit a fresh buffer. `team` must outlive it.
+class ReadBandwidthProbe {
+ public:
+  ReadBandwidthProbe(ThreadTeam& team, size_t bytes);
+  double measure(int passes);  // bytes/s, best of `passes`
+
+ private:
+  ThreadTeam& team_;
+  size_t bytes_;
+  Buffer<uint8_t> buffer_;
+};
 
 }  // namespace ellm
