@@ -19,6 +19,7 @@
 #include <sched.h>
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <thread>
@@ -86,6 +87,25 @@ inline std::pair<int64_t, int64_t> split_range(int64_t total, int member, int n)
   int64_t base = total / n, extra = total % n;
   int64_t begin = member * base + std::min<int64_t>(member, extra);
   return {begin, begin + base + (member < extra ? 1 : 0)};
+}
+
+// fn(begin, end) on the member's pieces of items [0, total) when members take work as they go:
+// first its split_range part of the first three quarters (one contiguous range to stream), then
+// chunks of the last quarter taken from `pool` (zeroed before the members start) until none is
+// left. A member slowed by a shared core or a late wake-up takes fewer chunks, so the members
+// finish together instead of one waiting for the other. No pool: the split_range part alone.
+template <class Fn>
+void share_work(int64_t total, int member, int n_members, std::atomic<int64_t>* pool, Fn&& fn) {
+  const int64_t home = pool && n_members > 1 ? total * 3 / 4 : total;
+  auto [begin, end] = split_range(home, member, n_members);
+  if (begin < end) fn(begin, end);
+  if (home == total) return;
+  const int64_t chunk = std::max<int64_t>(1, (total - home) / (8 * n_members));
+  for (;;) {
+    int64_t first = home + pool->fetch_add(chunk, std::memory_order_relaxed);
+    if (first >= total) return;
+    fn(first, std::min(total, first + chunk));
+  }
 }
 
 }  // namespace ellm

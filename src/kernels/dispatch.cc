@@ -68,9 +68,9 @@ PackedWeights pack_weights(const bf16* w, int64_t n, int64_t k, Isa isa) {
 
 // Weights are packed for one instruction set, so the matrix, not active_isa(), decides.
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
-            bool accumulate, int member, int n_members) {
+            bool accumulate, int member, int n_members, std::atomic<int64_t>* pool) {
   if (m <= 0) return;
-  ELLM_DISPATCH(w.isa, matmul(x, m, ldx, w, y, ldy, accumulate, member, n_members));
+  ELLM_DISPATCH(w.isa, matmul(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool));
 }
 
 #undef ELLM_DISPATCH

@@ -25,7 +25,8 @@ namespace ellm {
   void silu_mul(const float* gate, const float* up, float* out, int64_t count);                   \
   void pack_weights(const bf16* w, int64_t n, int64_t k, PackedWeights& out);                     \
   void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,             \
-              int64_t ldy, bool accumulate, int member, int n_members);                           \
+              int64_t ldy, bool accumulate, int member, int n_members,                            \
+              std::atomic<int64_t>* pool);                                                        \
   void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows,                  \
                        int64_t first_end, const f16* k, const f16* v, int64_t ldkv,             \
                        int64_t p0, int64_t p1, int64_t head_dim, float scale, float* m, float* l, float* acc, float* s);

@@ -103,24 +103,26 @@ void pack_weights(const bf16* w, int64_t n, int64_t k, PackedWeights& out) {
 }
 
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
-            bool accumulate, int member, int n_members) {
+            bool accumulate, int member, int n_members, std::atomic<int64_t>* pool) {
   int64_t blocks = (w.n + kCols - 1) / kCols;
-  auto [b0, b1] = split_range(blocks, member, n_members);
-  if (b0 == b1) return;
   alignas(32) float xf[kGroupRows * kChunk];
   if (m <= kRows) {
     // Decode: each block's panel whole, so the member streams its weights front to back (k in
     // chunks that fill the buffer: one chunk up to k = 12288 for one row).
     const int64_t chunk = kGroupRows * kChunk / m / 8 * 8;
-    for (int64_t c0 = 0; c0 < w.k; c0 += chunk) {
-      int64_t len = std::min(chunk, w.k - c0);
-      for (int64_t r = 0; r < m; ++r) convert_bf16_to_f32(x + r * ldx + c0, xf + r * chunk, len);
-      for (int64_t b = b0; b < b1; ++b)
-        kTiles[m](xf, chunk, w.data.get() + (b * w.k + c0) * kCols, len, y + b * kCols, ldy,
-                  w.n - b * kCols, accumulate || c0 > 0);
-    }
+    share_work(blocks, member, n_members, pool, [&](int64_t b0, int64_t b1) {
+      for (int64_t c0 = 0; c0 < w.k; c0 += chunk) {
+        int64_t len = std::min(chunk, w.k - c0);
+        for (int64_t r = 0; r < m; ++r) convert_bf16_to_f32(x + r * ldx + c0, xf + r * chunk, len);
+        for (int64_t b = b0; b < b1; ++b)
+          kTiles[m](xf, chunk, w.data.get() + (b * w.k + c0) * kCols, len, y + b * kCols, ldy,
+                    w.n - b * kCols, accumulate || c0 > 0);
+      }
+    });
     return;
   }
+  auto [b0, b1] = split_range(blocks, member, n_members);
+  if (b0 == b1) return;
   for (int64_t c0 = 0; c0 < w.k; c0 += kChunk) {
     int64_t len = std::min(kChunk, w.k - c0);
     bool load_y = accumulate || c0 > 0;

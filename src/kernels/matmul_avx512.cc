@@ -106,19 +106,21 @@ void pack_weights(const bf16* w, int64_t n, int64_t k, PackedWeights& out) {
 }
 
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
-            bool accumulate, int member, int n_members) {
+            bool accumulate, int member, int n_members, std::atomic<int64_t>* pool) {
   int64_t blocks = (w.n + kCols - 1) / kCols, pairs = (w.k + 1) / 2;
   int64_t full_pairs = w.k / 2;
   bool odd = w.k % 2;
-  auto [b0, b1] = split_range(blocks, member, n_members);
   const bf16* data = w.data.get();
 
   if (m <= kRows) {
-    for (int64_t b = b0; b < b1; ++b)
-      kTiles[m](x, ldx, data + b * pairs * 64, full_pairs, odd, y + b * kCols, ldy,
-                w.n - b * kCols, accumulate);
+    share_work(blocks, member, n_members, pool, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b)
+        kTiles[m](x, ldx, data + b * pairs * 64, full_pairs, odd, y + b * kCols, ldy,
+                  w.n - b * kCols, accumulate);
+    });
     return;
   }
+  auto [b0, b1] = split_range(blocks, member, n_members);
   for (int64_t c0 = 0; c0 == 0 || c0 < full_pairs; c0 += kChunkPairs) {
     int64_t chunk = std::min(kChunkPairs, full_pairs - c0);
     bool last = c0 + chunk >= full_pairs, load_y = accumulate || c0 > 0;

@@ -80,11 +80,15 @@ class Qwen3Model final : public Model {
       if (begin < end) fn(begin, end);
     });
   }
-  // y (+)= x @ W^T on every member, timed as `op`.
+  // y (+)= x @ W^T on every member, timed as `op`; decode-sized products share out their last
+  // quarter as the members go (matmul_pool_).
   void gemm(Op op, const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,
             int64_t ldy, bool accumulate) {
     profiler_.time(op, 2.0 * double(m) * double(w.n) * double(w.k), double(w.bytes), [&] {
-      team_.run([&](int member, int n) { matmul(x, m, ldx, w, y, ldy, accumulate, member, n); });
+      matmul_pool_.store(0, std::memory_order_relaxed);  // run() publishes it to the members
+      team_.run([&](int member, int n) {
+        matmul(x, m, ldx, w, y, ldy, accumulate, member, n, &matmul_pool_);
+      });
     });
   }
   void norm_to_bf16(const float* weight, int64_t n);
@@ -103,6 +107,7 @@ class Qwen3Model final : public Model {
   AttentionShape attention_shape_;
   Activations act_;
   std::atomic<uint64_t> expert_bytes_read_{0};
+  alignas(64) std::atomic<int64_t> matmul_pool_{0};  // its own cache line: both members add to it
   OpProfiler profiler_;
 };
 

@@ -67,6 +67,51 @@ TEST(ThreadTeam, SplitRangeCoversEverythingOnce) {
     }
 }
 
+// share_work: every item once, whatever order the members come in; a member's first piece is
+// its even part of the home three quarters; the one that comes first takes every pooled chunk.
+TEST(ThreadTeam, ShareWorkCoversEverythingOnceInAnyOrder) {
+  for (int64_t total : {0, 1, 7, 64, 1001})
+    for (int n : {1, 2, 3}) {
+      std::atomic<int64_t> pool{0};
+      std::vector<int> seen(size_t(total), 0);
+      std::vector<std::vector<std::pair<int64_t, int64_t>>> pieces(static_cast<size_t>(n));
+      for (int m = n - 1; m >= 0; --m)  // one after another, last member first
+        share_work(total, m, n, &pool, [&](int64_t b, int64_t e) {
+          pieces[size_t(m)].push_back({b, e});
+          for (int64_t i = b; i < e; ++i) ++seen[size_t(i)];
+        });
+      for (int64_t i = 0; i < total; ++i) ASSERT_EQ(seen[size_t(i)], 1) << total << " " << n << " " << i;
+      const int64_t home = n > 1 ? total * 3 / 4 : total;
+      for (int m = 0; m < n; ++m) {
+        auto [b, e] = split_range(home, m, n);
+        if (b < e) ASSERT_EQ(pieces[size_t(m)].front(), std::make_pair(b, e));
+        // Only the member that came first (n - 1) found chunks left in the pool.
+        size_t home_pieces = b < e ? 1 : 0;
+        if (m != n - 1) EXPECT_EQ(pieces[size_t(m)].size(), home_pieces) << total << " " << n << " " << m;
+      }
+    }
+  // Without a pool: the split_range part alone.
+  std::vector<std::pair<int64_t, int64_t>> got;
+  share_work(100, 1, 3, nullptr, [&](int64_t b, int64_t e) { got.push_back({b, e}); });
+  EXPECT_EQ(got, (std::vector<std::pair<int64_t, int64_t>>{split_range(100, 1, 3)}));
+}
+
+// Members that run together on a team, each slowed differently, still cover every item once.
+TEST(ThreadTeam, ShareWorkOnATeamCoversEverythingOnce) {
+  ThreadTeam team(3, /*pin=*/false);
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<int64_t> pool{0};
+    std::vector<std::atomic<int>> seen(997);
+    team.run([&](int m, int n) {
+      share_work(997, m, n, &pool, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) seen[size_t(i)].fetch_add(1);
+        if (m == round % 3) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      });
+    });
+    for (auto& s : seen) ASSERT_EQ(s.load(), 1);
+  }
+}
+
 TEST(VirtualRegion, CommitsOnlyWrittenPages) {
   size_t huge = size_t(64) << 30;  // 64 GiB of address space, far beyond this machine's RAM
   VirtualRegion region(huge);

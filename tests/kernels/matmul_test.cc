@@ -2,6 +2,7 @@
 // inputs; odd shapes hit every tail of the packed layouts and tiles.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 
 #include "base/error.h"
@@ -29,7 +30,8 @@ void reference(const std::vector<bf16>& x, int64_t ldx, const std::vector<bf16>&
       }
 }
 
-void check(Isa isa, Case c, int n_members, bool accumulate, ThreadTeam* team) {
+// With `pooled`, the members share out work as they go (matmul's pool): still every output once.
+void check(Isa isa, Case c, int n_members, bool accumulate, ThreadTeam* team, bool pooled = false) {
   int64_t ldx = c.k + 5, ldy = c.n + 3;
   auto x = random_bf16(c.m * ldx, uint32_t(c.m * 31 + c.k));
   auto w = random_bf16(c.n * c.k, uint32_t(c.n * 17 + c.k), -2, 2);
@@ -42,13 +44,15 @@ void check(Isa isa, Case c, int n_members, bool accumulate, ThreadTeam* team) {
   std::vector<float> y(c.m * ldy, kSentinel);
   for (int64_t i = 0; i < c.m; ++i)
     for (int64_t j = 0; j < c.n; ++j) y[i * ldy + j] = accumulate ? kStart : kSentinel;
+  std::atomic<int64_t> pool{0};
+  std::atomic<int64_t>* shared = pooled ? &pool : nullptr;
   if (team)
     team->run([&](int member, int n) {
-      matmul(x.data(), c.m, ldx, packed, y.data(), ldy, accumulate, member, n);
+      matmul(x.data(), c.m, ldx, packed, y.data(), ldy, accumulate, member, n, shared);
     });
   else
     for (int member = 0; member < n_members; ++member)
-      matmul(x.data(), c.m, ldx, packed, y.data(), ldy, accumulate, member, n_members);
+      matmul(x.data(), c.m, ldx, packed, y.data(), ldy, accumulate, member, n_members, shared);
 
   for (int64_t i = 0; i < c.m; ++i) {
     for (int64_t j = 0; j < c.n; ++j) {
@@ -89,6 +93,19 @@ TEST(Matmul, ThreadTeamCoversAllColumns) {
   for (Isa isa : supported_isas()) {
     check(isa, {1, 200, 128}, 3, false, &team);
     check(isa, {40, 77, 100}, 3, true, &team);
+  }
+}
+
+TEST(Matmul, MembersSharingWorkCoverEveryColumnOnce) {
+  ThreadTeam team(3, /*pin=*/false);
+  for (Isa isa : supported_isas()) {
+    // Decode rows (the pool applies), with accumulate so that a column done twice shows; k over
+    // an AVX2 decode chunk; then a prefill-sized product, which ignores the pool.
+    check(isa, {1, 1000, 64}, 3, true, nullptr, true);
+    check(isa, {1, 1000, 64}, 3, true, &team, true);
+    check(isa, {3, 333, 130}, 2, true, nullptr, true);
+    check(isa, {1, 70, 24621}, 2, true, nullptr, true);
+    check(isa, {20, 300, 40}, 3, true, &team, true);
   }
 }
 
