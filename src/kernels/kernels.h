@@ -108,8 +108,8 @@ PackedWeights pack_weights(const bf16* w, int64_t n, int64_t k, Isa isa);
 // y[i][j] = sum_k x[i][k] * W[j][k]  (or += when accumulate), i < m, j < W.n.
 // x: [m][k] BF16, row stride ldx; y: [m][n] FP32, row stride ldy. The member computes its share
 // of the output; all members together cover y. With a `pool` (zeroed before the members start),
-// decode-sized products (a few rows) share their last quarter out as the members go
-// (share_work); larger ones split evenly.
+// the members share the last quarter out as they go (share_work): on the AVX2 and AVX-512 tiers
+// for decode-sized products (a few rows) only, larger ones split evenly; the scalar twin always.
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
             bool accumulate, int member, int n_members, std::atomic<int64_t>* pool = nullptr);
 
