@@ -14,7 +14,7 @@ class ThreadTeam;
 double measure_peak_flops(ThreadTeam& team, double seconds = 0.3);
 
 // Read bandwidth of all members streaming disjoint parts of a buffer of `bytes` (choose it far
-// beyond the last-level cache), in bytes/s; best of a few passes.
+// beyond the last-level cache), in bytes/s; best of a few passes of each read loop (below).
 double measure_read_bandwidth(ThreadTeam& team, size_t bytes = size_t(1) << 30, int passes = 5);
 
 // The same reading, taken again and again from one buffer committed once: for readings between
@@ -22,9 +22,13 @@ double measure_read_bandwidth(ThreadTeam& team, size_t bytes = size_t(1) << 30, 
 class ReadBandwidthProbe {
  public:
   ReadBandwidthProbe(ThreadTeam& team, size_t bytes);
-  double measure(int passes);  // bytes/s, best of `passes`
+  // bytes/s, best of `passes` passes with each of two read loops: plain sums, and the dot
+  // products decode runs on each line
+  double measure(int passes);
 
  private:
+  double pass(bool dot);
+
   ThreadTeam& team_;
   size_t bytes_;
   Buffer<uint8_t> buffer_;

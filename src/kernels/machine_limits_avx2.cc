@@ -42,4 +42,21 @@ uint64_t read_stream_avx2(const uint8_t* data, size_t bytes) {
   return out[0] + out[1] + out[2] + out[3];
 }
 
+// Reads [data, data+bytes) with one FMA per loaded vector, as the matrix products do: on some
+// machines that streams faster than the plain sums above (see the AVX-512 twin).
+float read_stream_fma_avx2(const uint8_t* data, size_t bytes) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  const __m256 ones = _mm256_set1_ps(1.0f);
+  for (size_t i = 0; i + 128 <= bytes; i += 128) {
+    a0 = _mm256_fmadd_ps(_mm256_load_ps((const float*)(data + i)), ones, a0);
+    a1 = _mm256_fmadd_ps(_mm256_load_ps((const float*)(data + i + 32)), ones, a1);
+    a2 = _mm256_fmadd_ps(_mm256_load_ps((const float*)(data + i + 64)), ones, a2);
+    a3 = _mm256_fmadd_ps(_mm256_load_ps((const float*)(data + i + 96)), ones, a3);
+  }
+  __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+
 }  // namespace ellm
