@@ -1,6 +1,7 @@
 // Matrix products on real Qwen3 shapes, 2 threads, best instruction set (ELLM_ISA lowers it):
 // GFLOP/s for every m, and GB/s of weights streamed for decode-sized m. Plus the register-only
-// vdpbf16ps peak, to read the GEMM figures as a fraction of it.
+// vdpbf16ps peak, to read the GEMM figures as a fraction of it. And a whole decode step's weight
+// stream (decode_weight_stream), which is larger than any cache, against the read bandwidth.
 //
 //   bench_gemm --benchmark_filter='0.6B'     ELLM_ISA=avx2 bench_gemm ...
 #include <benchmark/benchmark.h>
@@ -8,6 +9,8 @@
 
 #include <time.h>
 
+#include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <random>
@@ -17,6 +20,7 @@
 #include "base/cpu.h"
 #include "base/threads.h"
 #include "kernels/kernels.h"
+#include "kernels/machine_limits.h"
 
 namespace ellm {
 namespace {
@@ -26,6 +30,12 @@ constexpr int kThreads = 2;
 ThreadTeam& team() {
   static ThreadTeam t(kThreads, /*pin=*/true, /*adaptive=*/false);
   return t;
+}
+
+double now_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return double(t.tv_sec) + t.tv_nsec * 1e-9;
 }
 
 double thread_cpu_seconds() {
@@ -121,12 +131,74 @@ void BM_dpbf16_peak(benchmark::State& state) {
       flops / ((thread_cpu_seconds() - cpu_start) / double(state.iterations())) * 1e-9;
 }
 
+// One decode step's weight stream of a Qwen3-0.6B-shaped model without the model: 28 layers of
+// qkv, o_proj, gate_up and down, then the tied lm_head (1.19 GB), one matrix-vector product after
+// another as decode runs them, against the read bandwidth measured just before and after. The
+// layers' products are 4-12 MB each, so this shows what starting 112 short streams per step
+// costs beside the one long lm_head stream (its own row).
+struct StepWeights {
+  std::vector<PackedWeights> layers;
+  PackedWeights lm_head;
+  size_t layer_bytes = 0;
+};
+
+const StepWeights& step_weights() {
+  static StepWeights w = [] {
+    StepWeights s;
+    const int64_t hidden = 1024, vocab = 151936;
+    std::vector<bf16> source(size_t(vocab * hidden));
+    std::mt19937 rng(1);
+    for (auto& v : source) v = f32_to_bf16(float(int(rng() % 2001) - 1000) / 1000.0f);
+    for (int layer = 0; layer < 28; ++layer)
+      for (const Shape& shape : kShapes)
+        if (std::string(shape.name).rfind("0.6B/", 0) == 0) {
+          s.layers.push_back(pack_weights(source.data(), shape.n, shape.k, active_isa()));
+          s.layer_bytes += s.layers.back().bytes;
+        }
+    s.lm_head = pack_weights(source.data(), vocab, hidden, active_isa());
+    return s;
+  }();
+  return w;
+}
+
+void BM_decode_weight_stream(benchmark::State& state) {
+  const bool lm_head_only = state.range(0) == 1;
+  const StepWeights& w = step_weights();
+  static ReadBandwidthProbe probe(team(), size_t(256) << 20);
+  std::vector<bf16> x(1024 * 3, f32_to_bf16(0.01f));
+  auto y = make_buffer<float>(151936);
+  alignas(64) std::atomic<int64_t> pool{0};
+  auto product = [&](const PackedWeights& m) {
+    pool.store(0, std::memory_order_relaxed);
+    team().run([&](int member, int members) {
+      matmul(x.data(), 1, m.k, m, y.get(), m.n, false, member, members, &pool);
+    });
+  };
+  double before = probe.measure(3), seconds = 0;
+  for (auto _ : state) {
+    double start = now_seconds();
+    if (!lm_head_only)
+      for (const PackedWeights& m : w.layers) product(m);
+    product(w.lm_head);
+    seconds += now_seconds() - start;
+  }
+  double after = probe.measure(3);
+  double bytes = double(w.lm_head.bytes) + (lm_head_only ? 0.0 : double(w.layer_bytes));
+  double rate = bytes * double(state.iterations()) / seconds;
+  state.counters["weights_GB/s"] = rate * 1e-9;
+  state.counters["read_GB/s"] = std::max(before, after) * 1e-9;
+  state.counters["fraction_of_read"] = rate / std::max(before, after);
+  state.SetLabel(lm_head_only ? "lm_head alone" : "whole step");
+}
+
 int register_all() {
   for (const Shape& s : kShapes) {
     auto* b = benchmark::RegisterBenchmark((std::string("matmul/") + s.name).c_str(), BM_matmul,
                                            s.n, s.k);
     b->ArgName("m")->Arg(1)->Arg(4)->Arg(512)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
   }
+  benchmark::RegisterBenchmark("decode_weight_stream/0.6B", BM_decode_weight_stream)
+      ->ArgName("lm_head_only")->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("dpbf16_peak/threads", BM_dpbf16_peak)->Arg(1)->Arg(kThreads)->UseRealTime();
   return 0;
 }
