@@ -135,7 +135,7 @@ void BM_dpbf16_peak(benchmark::State& state) {
 // qkv, o_proj, gate_up and down, then the tied lm_head (1.19 GB), one matrix-vector product after
 // another as decode runs them, against the read bandwidth measured just before and after. The
 // layers' products are 4-12 MB each, so this shows what starting 112 short streams per step
-// costs beside the one long lm_head stream (its own row).
+// costs beside the one long lm_head stream (its own row), and what 4 slots (m = 4) cost.
 struct StepWeights {
   std::vector<PackedWeights> layers;
   PackedWeights lm_head;
@@ -162,23 +162,24 @@ const StepWeights& step_weights() {
 }
 
 void BM_decode_weight_stream(benchmark::State& state) {
-  const bool lm_head_only = state.range(0) == 1;
+  const int64_t m = state.range(0);  // slots decoding together
+  const bool lm_head_only = state.range(1) == 1;
   const StepWeights& w = step_weights();
   static ReadBandwidthProbe probe(team(), size_t(256) << 20);
-  std::vector<bf16> x(1024 * 3, f32_to_bf16(0.01f));
-  auto y = make_buffer<float>(151936);
+  std::vector<bf16> x(size_t(m * 3072), f32_to_bf16(0.01f));  // 3072: the longest k (down)
+  auto y = make_buffer<float>(size_t(m * 151936));
   alignas(64) std::atomic<int64_t> pool{0};
-  auto product = [&](const PackedWeights& m) {
+  auto product = [&](const PackedWeights& w) {
     pool.store(0, std::memory_order_relaxed);
     team().run([&](int member, int members) {
-      matmul(x.data(), 1, m.k, m, y.get(), m.n, false, member, members, &pool);
+      matmul(x.data(), m, w.k, w, y.get(), w.n, false, member, members, &pool);
     });
   };
   double before = probe.measure(3), seconds = 0;
   for (auto _ : state) {
     double start = now_seconds();
     if (!lm_head_only)
-      for (const PackedWeights& m : w.layers) product(m);
+      for (const PackedWeights& layer : w.layers) product(layer);
     product(w.lm_head);
     seconds += now_seconds() - start;
   }
@@ -198,7 +199,8 @@ int register_all() {
     b->ArgName("m")->Arg(1)->Arg(4)->Arg(512)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
   }
   benchmark::RegisterBenchmark("decode_weight_stream/0.6B", BM_decode_weight_stream)
-      ->ArgName("lm_head_only")->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+      ->ArgNames({"m", "lm_head_only"})->Args({1, 0})->Args({1, 1})->Args({4, 0})
+      ->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("dpbf16_peak/threads", BM_dpbf16_peak)->Arg(1)->Arg(kThreads)->UseRealTime();
   return 0;
 }
