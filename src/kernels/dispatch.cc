@@ -1,6 +1,5 @@
-// Entry points of kernels.h: pick the implementation for the active instruction set. This
-// machine class has no AMX kernels yet (no AMX hardware to test on), so the amx tier runs the
-// AVX-512 BF16 ones.
+// Entry points of kernels.h: pick the implementation for the active instruction set. The amx
+// tier has its own matrix product and runs the AVX-512 BF16 kernels for everything else.
 #include <cmath>
 
 #include "base/error.h"
@@ -70,6 +69,7 @@ PackedWeights pack_weights(const bf16* w, int64_t n, int64_t k, Isa isa) {
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
             bool accumulate, int member, int n_members, std::atomic<int64_t>* pool) {
   if (m <= 0) return;
+  if (w.isa == Isa::amx) return amx::matmul(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool);
   ELLM_DISPATCH(w.isa, matmul(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool));
 }
 

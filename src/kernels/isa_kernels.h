@@ -37,6 +37,12 @@ namespace avx512 { ELLM_ISA_KERNELS }
 
 #undef ELLM_ISA_KERNELS
 
+// The AMX tier has its own matrix product only; it reads the AVX-512 packed layout.
+namespace amx {
+void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
+            bool accumulate, int member, int n_members, std::atomic<int64_t>* pool);
+}
+
 // attention_block for every KV head at once, for a few query rows (decode): q, m, l and acc are
 // head-major ([n_kv_heads][rows], the head's q at q + h * group * head_dim), k and v point at
 // position 0 of head 0. Any p1 - p0; s is scratch of what attention_block needs (at least 256

@@ -13,6 +13,7 @@
 namespace ellm {
 
 float peak_loop_avx512_bf16(int64_t iterations);
+float peak_loop_amx_bf16(int64_t iterations);
 float peak_loop_avx2_fma(int64_t iterations);
 uint64_t read_stream_avx512(const uint8_t* data, size_t bytes);
 uint64_t read_stream_avx2(const uint8_t* data, size_t bytes);
@@ -39,19 +40,26 @@ uint64_t read_stream_scalar(const uint8_t* data, size_t bytes) {
 
 double measure_peak_flops(ThreadTeam& team, double seconds) {
   Isa isa = active_isa();
-  // FLOP per loop iteration: 12 accumulators x 16 lanes x 2 BF16 pairs x 2, or 12 x 8 x 2 (FP32).
-  double flop_per_iteration = isa >= Isa::avx512 ? 12 * 16 * 2 * 2 : 12 * 8 * 2;
   if (isa == Isa::scalar) return 0;
+  // FLOP per loop iteration: 4 tiles x 16 x 16 x 32 BF16 MACs x 2 (AMX); 12 accumulators x 16
+  // lanes x 2 BF16 pairs x 2 (AVX-512); 12 x 8 x 2 (AVX2 FP32 FMA).
+  double flop_per_iteration = isa == Isa::amx      ? 4.0 * 16 * 16 * 32 * 2
+                              : isa == Isa::avx512 ? 12 * 16 * 2 * 2
+                                                   : 12 * 8 * 2;
+  auto loop = [isa](int64_t iterations) {
+    switch (isa) {
+      case Isa::amx: return peak_loop_amx_bf16(iterations);
+      case Isa::avx512: return peak_loop_avx512_bf16(iterations);
+      default: return peak_loop_avx2_fma(iterations);
+    }
+  };
   auto run = [&](int64_t iterations) {
     std::atomic<float> sink{0};
     double start = now_seconds();
-    team.run([&](int, int) {
-      float v = isa >= Isa::avx512 ? peak_loop_avx512_bf16(iterations) : peak_loop_avx2_fma(iterations);
-      sink.store(v, std::memory_order_relaxed);
-    });
+    team.run([&](int, int) { sink.store(loop(iterations), std::memory_order_relaxed); });
     return now_seconds() - start;
   };
-  int64_t iterations = 1 << 16;
+  int64_t iterations = 1 << 12;
   while (run(iterations) < seconds / 4) iterations *= 2;
   double best = 1e30;
   for (int i = 0; i < 3; ++i) best = std::min(best, run(iterations));

@@ -10,7 +10,8 @@ namespace ellm {
 class ThreadTeam;
 
 // Peak BF16 multiply-accumulate rate of a register-only loop on every member of the team, in
-// FLOP/s (2 per MAC): AVX-512-BF16 dot products (or AVX2 FMA on FP32 where BF16 is missing).
+// FLOP/s (2 per MAC): AMX BF16 tile products, AVX-512-BF16 dot products, or AVX2 FMA on FP32,
+// for the active tier.
 double measure_peak_flops(ThreadTeam& team, double seconds = 0.3);
 
 // Read bandwidth of all members streaming disjoint parts of a buffer of `bytes` (choose it far
