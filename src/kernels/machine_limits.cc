@@ -16,6 +16,7 @@ float peak_loop_avx512_bf16(int64_t iterations);
 float peak_loop_amx_bf16(int64_t iterations);
 float peak_loop_avx2_fma(int64_t iterations);
 uint64_t read_stream_avx512(const uint8_t* data, size_t bytes);
+uint64_t read_stream_prefetched_avx512(const uint8_t* data, size_t bytes);
 uint64_t read_stream_avx2(const uint8_t* data, size_t bytes);
 float read_stream_dot_avx512_bf16(const uint8_t* data, size_t bytes);
 float read_stream_fma_avx2(const uint8_t* data, size_t bytes);
@@ -78,9 +79,8 @@ ReadBandwidthProbe::ReadBandwidthProbe(ThreadTeam& team, size_t bytes)
   });
 }
 
-// One pass of every member over its part, with plain sums (dot = false) or with the dot-product
-// loop the matrix products use; seconds.
-double ReadBandwidthProbe::pass(bool dot) {
+// One pass of every member over its part with one of the read loops; seconds.
+double ReadBandwidthProbe::pass(ReadLoop loop) {
   Isa isa = active_isa();
   std::atomic<uint64_t> sink{0};
   double start = now_seconds();
@@ -90,10 +90,12 @@ double ReadBandwidthProbe::pass(bool dot) {
     size_t part_bytes = size_t(end - begin) * 4096;
     uint64_t v = 0;
     if (isa >= Isa::avx512)
-      v = dot ? uint64_t(read_stream_dot_avx512_bf16(part, part_bytes))
-              : read_stream_avx512(part, part_bytes);
+      v = loop == ReadLoop::dots         ? uint64_t(read_stream_dot_avx512_bf16(part, part_bytes))
+          : loop == ReadLoop::prefetched ? read_stream_prefetched_avx512(part, part_bytes)
+                                         : read_stream_avx512(part, part_bytes);
     else if (isa == Isa::avx2)
-      v = dot ? uint64_t(read_stream_fma_avx2(part, part_bytes)) : read_stream_avx2(part, part_bytes);
+      v = loop == ReadLoop::dots ? uint64_t(read_stream_fma_avx2(part, part_bytes))
+                                 : read_stream_avx2(part, part_bytes);
     else
       v = read_stream_scalar(part, part_bytes);
     sink.fetch_add(v, std::memory_order_relaxed);
@@ -105,7 +107,8 @@ double ReadBandwidthProbe::measure(int passes) {
   // Which loop streams faster depends on the machine; the limit is the faster one.
   double best = 1e30;
   for (int i = 0; i < passes; ++i)
-    for (bool dot : {false, true}) best = std::min(best, pass(dot));
+    for (ReadLoop loop : {ReadLoop::sums, ReadLoop::dots, ReadLoop::prefetched})
+      best = std::min(best, pass(loop));
   return double(bytes_) / best;
 }
 

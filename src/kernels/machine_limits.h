@@ -23,12 +23,13 @@ double measure_read_bandwidth(ThreadTeam& team, size_t bytes = size_t(1) << 30, 
 class ReadBandwidthProbe {
  public:
   ReadBandwidthProbe(ThreadTeam& team, size_t bytes);
-  // bytes/s, best of `passes` passes with each of two read loops: plain sums, and the dot
-  // products decode runs on each line
+  // bytes/s, best of `passes` passes with each of three read loops: plain sums, the dot products
+  // decode runs on each line, and sums with software prefetch 2 KiB ahead (AVX-512 tiers)
   double measure(int passes);
 
  private:
-  double pass(bool dot);
+  enum class ReadLoop { sums, dots, prefetched };
+  double pass(ReadLoop loop);
 
   ThreadTeam& team_;
   size_t bytes_;

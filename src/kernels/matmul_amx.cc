@@ -7,7 +7,9 @@
 //
 // Tiles: C in tmm0-3 (rows 0-15 | 16-31 x columns 0-15 | 16-31), A (x rows) in tmm4-5, B in
 // tmm6-7. A micro-tile is up to 32 rows x 32 columns; each k step is 4 tdpbf16ps of 16x16x32.
-// Decode (m <= 16): one pass per block over all of k, blocks shared out as on AVX-512.
+// Decode (m <= 16): one pass per block over all of k, blocks shared out as on AVX-512, with
+// software prefetch of the next k step's 2 KiB of weights: on a Sapphire-Rapids-class VM that
+// streamed a Qwen3-0.6B lm_head at 35 GB/s instead of 29 (4 KiB ahead: no gain).
 // Prefill: k in chunks of kChunkPairs and rows in groups of kGroupRows, as on AVX-512, so a
 // group's x chunk stays in L2 while every block's weight panel passes by.
 // Shapes with k or n not a multiple of 32 go to the AVX-512 kernel (Qwen3's never do).
@@ -53,7 +55,7 @@ void configure(int top, int bottom) {
 
 // y[rows][32] (=|+=) x[rows][32 * steps] . W-block, rows as configured (bottom rows when `two`);
 // w is the block at the first step's pair, x at the matching k.
-template <bool kTwo>
+template <bool kTwo, bool kPrefetch>
 void tile(const bf16* x, int64_t ldx, const bf16* w, int64_t steps, float* y, int64_t ldy,
           bool load_y) {
   const int64_t x_stride = ldx * int64_t(sizeof(bf16)), y_stride = ldy * int64_t(sizeof(float));
@@ -74,6 +76,9 @@ void tile(const bf16* x, int64_t ldx, const bf16* w, int64_t steps, float* y, in
   }
   for (int64_t s = 0; s < steps; ++s) {
     const bf16* ws = w + s * kStepPairs * 64;
+    if (kPrefetch)
+      for (int line = 0; line < kStepPairs * 128; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(ws + kStepPairs * 64) + line, _MM_HINT_T1);
     _tile_loadd(6, ws, 128);
     _tile_loadd(7, ws + 32, 128);
     _tile_loadd(4, x + s * 2 * kStepPairs, x_stride);
@@ -108,9 +113,9 @@ void rows_by_blocks(const bf16* x, int64_t ldx, const bf16* data, int64_t pairs,
           const bf16* xt = x + t * ldx + 2 * c0;
           float* yt = y + t * ldy + b * kCols;
           if (g1 - t > 16)
-            tile<true>(xt, ldx, panel, steps, yt, ldy, load_y);
+            tile<true, false>(xt, ldx, panel, steps, yt, ldy, load_y);
           else
-            tile<false>(xt, ldx, panel, steps, yt, ldy, load_y);
+            tile<false, false>(xt, ldx, panel, steps, yt, ldy, load_y);
         }
       }
     }
@@ -133,7 +138,7 @@ void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float
     configure(int(m), 0);
     share_work(blocks, member, n_members, pool, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b)
-        tile<false>(x, ldx, data + b * pairs * 64, pairs / kStepPairs, y + b * kCols, ldy,
+        tile<false, true>(x, ldx, data + b * pairs * 64, pairs / kStepPairs, y + b * kCols, ldy,
                     accumulate);
     });
     _tile_release();
