@@ -71,7 +71,7 @@ void BM_decode(benchmark::State& state) {
   double bytes = 2.0 * double(batch * context * setup.shape.kv_row_stride) * sizeof(f16);
   double achieved = bytes * double(state.iterations()) / seconds;
   // This machine's bandwidth drifts (a VM's neighbours), so the limit is read right after.
-  double read = measure_read_bandwidth(team(), size_t(256) << 20, 3);
+  double read = measure_read_bandwidth(team(), read_probe_bytes(), 3);
   state.counters["GB/s"] = achieved / 1e9;
   state.counters["read_GB/s"] = read / 1e9;
   state.counters["of_read"] = achieved / read;

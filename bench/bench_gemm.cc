@@ -165,7 +165,7 @@ void BM_decode_weight_stream(benchmark::State& state) {
   const int64_t m = state.range(0);  // slots decoding together
   const bool lm_head_only = state.range(1) == 1;
   const StepWeights& w = step_weights();
-  static ReadBandwidthProbe probe(team(), size_t(256) << 20);
+  static ReadBandwidthProbe probe(team(), read_probe_bytes());
   std::vector<bf16> x(size_t(m * 3072), f32_to_bf16(0.01f));  // 3072: the longest k (down)
   auto y = make_buffer<float>(size_t(m * 151936));
   alignas(64) std::atomic<int64_t> pool{0};

@@ -371,7 +371,7 @@ int cmd_bench(int argc, char** argv) {
   limits.threads = threads;
   // Its own team and buffer, made before the model takes the memory.
   ThreadTeam probe_team(threads, /*pin=*/true, /*adaptive=*/false);
-  ReadBandwidthProbe probe(probe_team, size_t(256) << 20);
+  ReadBandwidthProbe probe(probe_team, read_probe_bytes());
   auto model = Model::load(model_path, limits);
   model->enable_profile(true);
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include <unistd.h>
+
 #include "base/cpu.h"
 #include "base/memory.h"
 #include "base/threads.h"
@@ -110,6 +112,12 @@ double ReadBandwidthProbe::measure(int passes) {
     for (ReadLoop loop : {ReadLoop::sums, ReadLoop::dots, ReadLoop::prefetched})
       best = std::min(best, pass(loop));
   return double(bytes_) / best;
+}
+
+size_t read_probe_bytes() {
+  long last_level = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (last_level <= 0) last_level = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return std::max(size_t(256) << 20, 2 * size_t(std::max(last_level, 0L)));
 }
 
 double measure_read_bandwidth(ThreadTeam& team, size_t bytes, int passes) {

@@ -14,9 +14,13 @@ class ThreadTeam;
 // for the active tier.
 double measure_peak_flops(ThreadTeam& team, double seconds = 0.3);
 
+// A probe buffer size far beyond the last-level cache: twice its size, and at least 256 MiB.
+// (A Xeon VM here reports a 480 MiB L3.)
+size_t read_probe_bytes();
+
 // Read bandwidth of all members streaming disjoint parts of a buffer of `bytes` (choose it far
 // beyond the last-level cache), in bytes/s; best of a few passes of each read loop (below).
-double measure_read_bandwidth(ThreadTeam& team, size_t bytes = size_t(1) << 30, int passes = 5);
+double measure_read_bandwidth(ThreadTeam& team, size_t bytes = read_probe_bytes(), int passes = 5);
 
 // The same reading, taken again and again from one buffer committed once: for readings between
 // the parts of a run, which must not each pay to commit a fresh buffer. `team` must outlive it.
