@@ -91,10 +91,10 @@ TEST(Matmul, LargeShapesCrossCacheBlocks) {
 TEST(Matmul, TileMultipleShapesOnEveryTier) {
   // k and n multiples of 32, as every Qwen3 matrix: the AMX tier's own path. Rows cover decode
   // (1-16), one and two row tiles, a tail under and over 16, and a row group with a tail; k
-  // covers one step, a chunk and a chunk with a partial one after it.
+  // covers one step, many, and over an AMX k chunk (4096) with a partial one after it.
   const Case cases[] = {{1, 32, 32},   {4, 64, 1024},  {16, 96, 64},  {17, 32, 96},
                         {32, 64, 512}, {45, 64, 576},  {33, 32, 32},  {200, 96, 608},
-                        {7, 128, 544}, {64, 32, 1056}};
+                        {7, 128, 544}, {64, 32, 1056}, {40, 64, 4160}};
   for (Isa isa : supported_isas())
     for (Case c : cases)
       for (int members : {1, 3}) check(isa, c, members, /*accumulate=*/members == 3, nullptr);
