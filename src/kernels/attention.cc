@@ -56,7 +56,7 @@ Plan make_plan(const AttentionShape& s, int n_members) {
   p.tile_queries = std::max<int64_t>(1, kTileRows / p.group);
   p.max_rows = p.tile_queries * p.group;
   // m, l, acc, then the block scratch (contract in isa_kernels.h).
-  int64_t block_scratch = std::max(p.max_rows, s.head_dim + 4) * kBlockPositions;
+  int64_t block_scratch = std::max(p.max_rows, s.head_dim + 4) * 2 * kBlockPositions + 16;
   int64_t work = p.max_rows * (2 + s.head_dim) + block_scratch;
   p.work_floats = (work + 15) / 16 * 16;
   p.partial_floats = (p.max_rows * (s.head_dim + 2) + 15) / 16 * 16;
@@ -159,6 +159,10 @@ void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& sha
     kernels.all_heads(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, it.heads,
                       group, per_head, first_end, seq.k + it.kv_head * hd, seq.v + it.kv_head * hd,
                       shape.kv_row_stride, it.p0, it.p1, hd, shape.scale, m, l, acc, s);
+  else if (it.heads == 1)  // one call for the whole range: the kernel prepares q once
+    kernels.block(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, group, per_head,
+                  first_end, seq.k + it.kv_head * hd, seq.v + it.kv_head * hd,
+                  shape.kv_row_stride, it.p0, it.p1, hd, shape.scale, m, l, acc, s);
   else
     for (int64_t p = it.p0; p < it.p1; p += kBlockPositions)
       for (int64_t i = 0; i < it.heads; ++i) {
@@ -222,8 +226,8 @@ Kernels kernels_for(Isa isa) {
   switch (isa) {
     case Isa::scalar: return {scalar::attention_block, scalar::attention_block_all_heads};
     case Isa::avx2: return {avx2::attention_block, avx2::attention_block_all_heads};
-    case Isa::avx512:
-    case Isa::amx: return {avx512::attention_block, avx512::attention_block_all_heads};
+    case Isa::avx512: return {avx512::attention_block, avx512::attention_block_all_heads};
+    case Isa::amx: return {amx::attention_block, avx512::attention_block_all_heads};
   }
   return {scalar::attention_block, scalar::attention_block_all_heads};
 }

@@ -5,11 +5,12 @@
 #include "kernels/isa_kernels.h"
 
 namespace ellm::scalar {
+namespace {
 
-void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
-                     const f16* k, const f16* v, int64_t ldkv, int64_t p0, int64_t p1,
-                     int64_t head_dim,
-                     float scale, float* m, float* l, float* acc, float* s) {
+// attention_block for p1 - p0 <= 64.
+void block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
+           const f16* k, const f16* v, int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim,
+           float scale, float* m, float* l, float* acc, float* s) {
   int64_t width = p1 - p0;
   for (int64_t r = 0; r < rows; ++r) {
     int64_t visible = std::min(p1, first_end + r / group) - p0;  // positions this row may see
@@ -38,6 +39,16 @@ void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, i
     l[r] = l[r] * correction + sum;
     m[r] = new_max;
   }
+}
+
+}  // namespace
+
+void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
+                     const f16* k, const f16* v, int64_t ldkv, int64_t p0, int64_t p1,
+                     int64_t head_dim, float scale, float* m, float* l, float* acc, float* s) {
+  for (int64_t p = p0; p < p1; p += 64)
+    block(q, ldq, group, rows, first_end, k, v, ldkv, p, std::min(p1, p + 64), head_dim, scale, m,
+          l, acc, s);
 }
 
 void attention_block_all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,

@@ -12,8 +12,8 @@ namespace ellm {
 // Row r is query r / group, head r % group of the group: q + (r / group) * ldq + (r % group) *
 // head_dim. It may see positions < first_end + r / group (causal). k, v point at position 0 of
 // the head; position p is at k + p * ldkv (FP16). Online-softmax state per row: running max m[r], sum l[r],
-// unnormalised output acc[r][head_dim]. p1 - p0 <= 64; s is scratch of
-// max(rows, head_dim + 4) * 64 floats.
+// unnormalised output acc[r][head_dim]. Any p1 - p0 (taken 64 positions at a time); s is
+// scratch of max(rows, head_dim + 4) * 128 + 16 floats.
 #define ELLM_ISA_KERNELS                                                                          \
   void convert_f32_to_bf16(const float* x, bf16* out, int64_t count);                             \
   void convert_bf16_to_f32(const bf16* x, float* out, int64_t count);                             \
@@ -37,10 +37,14 @@ namespace avx512 { ELLM_ISA_KERNELS }
 
 #undef ELLM_ISA_KERNELS
 
-// The AMX tier has its own matrix product only; it reads the AVX-512 packed layout.
+// The AMX tier has its own matrix product (on the AVX-512 packed layout) and prefill attention
+// block (rows <= 32, head_dim a multiple of 32 up to 256; other shapes go to AVX-512).
 namespace amx {
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
             bool accumulate, int member, int n_members, std::atomic<int64_t>* pool);
+void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
+                     const f16* k, const f16* v, int64_t ldkv, int64_t p0, int64_t p1,
+                     int64_t head_dim, float scale, float* m, float* l, float* acc, float* s);
 }
 
 // attention_block for every KV head at once, for a few query rows (decode): q, m, l and acc are

@@ -3,19 +3,17 @@
 
 #include <cstdint>
 
+#include "kernels/amx_tiles.h"
+
 namespace ellm {
 
 // Four independent tile accumulators (tmm0-3) fed by two A and two B tiles that stay in the
 // tile registers: the loop runs at the TMUL's throughput, 4 x 16x16x32 MACs per iteration.
 // Returns a value so the compiler cannot drop the work.
 float peak_loop_amx_bf16(int64_t iterations) {
-  struct alignas(64) {
-    uint8_t palette = 1, start_row = 0, reserved[14] = {};
-    uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-    uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-  } config;
-  // Not _tile_loadconfig: GCC 12's declares an 8-byte memory operand (see matmul_amx.cc).
-  asm volatile("ldtilecfg %0" ::"m"(config));
+  amx::TileConfig config;
+  for (int t = 0; t < 8; ++t) config.rows[t] = 16, config.colsb[t] = 64;
+  amx::load_tile_config(config);
   alignas(64) uint16_t ones[16 * 32];
   for (auto& v : ones) v = 0x3f80;  // 1.0 in BF16
   alignas(64) float out[16 * 16];

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "base/threads.h"
+#include "kernels/amx_tiles.h"
 #include "kernels/isa_kernels.h"
 
 namespace ellm::amx {
@@ -31,15 +32,6 @@ constexpr int kTileRows = 32;
 constexpr int64_t kChunkPairs = 2048;
 constexpr int64_t kGroupRows = 6 * kTileRows;
 
-// The 64-byte operand of ldtilecfg (palette 1).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Tiles for a micro-tile of `top` (1-16) rows and `bottom` (0-16) more.
 void configure(int top, int bottom) {
   TileConfig c;
@@ -50,9 +42,7 @@ void configure(int top, int bottom) {
   set(0, top), set(1, top), set(4, top);
   set(2, bottom), set(3, bottom), set(5, bottom);
   set(6, kStepPairs), set(7, kStepPairs);
-  // Not _tile_loadconfig: GCC 12's declares an 8-byte memory operand, so the compiler drops the
-  // stores of rows and colsb as dead. This operand is the whole 64 bytes.
-  asm volatile("ldtilecfg %0" ::"m"(c));
+  load_tile_config(c);
 }
 
 // y[rows][32] (=|+=) x[rows][32 * steps] . W-block, rows as configured (bottom rows when `two`);

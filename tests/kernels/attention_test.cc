@@ -82,14 +82,18 @@ struct Problem {
     }
   }
 
+  // The AMX tier's prefill blocks round Q, K, P and V to BF16 (8 significant bits) for the tile
+  // products, so its outputs (weighted means of V in [-1, 1]) may be off by a few 1e-3 (5e-3 at
+  // most seen here); the other tiers compute in FP32.
   void expect_matches_naive(const std::string& what) const {
+    const double tolerance = active_isa() == Isa::amx ? 1e-2 : 2e-5;
     for (size_t s = 0; s < specs.size(); ++s)
       for (int64_t i = 0; i < specs[s].n_q; ++i)
         for (int64_t h = 0; h < shape.n_heads; ++h) {
           auto want = naive(s, i, h);
           const float* got = out[s].data() + i * shape.ldo + h * shape.head_dim;
           for (int64_t d = 0; d < shape.head_dim; ++d)
-            ASSERT_NEAR(got[d], want[d], 2e-5)
+            ASSERT_NEAR(got[d], want[d], tolerance)
                 << what << " seq " << s << " query " << i << " head " << h << " dim " << d;
         }
     // Padding past n_heads * head_dim is untouched.
