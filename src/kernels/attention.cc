@@ -1,8 +1,10 @@
 // Flash attention driver: splits a pass into work items, runs the per-ISA attention_block over
 // K/V in blocks of kBlockPositions, and merges split (flash-decoding) items.
 //
-// Work item = (sequence, KV head, tile of queries, range of positions). A tile holds kTileRows
-// query rows: tile_queries queries x all `group` query heads sharing the KV head, so each K/V
+// Work item = (sequence, KV head, tile of queries, range of positions). A tile holds up to 32
+// query rows (64 on the AMX tier, where each tile packs every K/V block it reads for the tile
+// products, so larger tiles pack less per row): tile_queries queries x all `group` query heads
+// sharing the KV head, so each K/V
 // block is read once for the whole group. Items are dealt to members in order by cumulative
 // cost, which balances the causal triangle of a prefill. When a pass has too few items to keep
 // every member busy (decode of few sequences), single-tile sequences are also split along
@@ -26,6 +28,8 @@ namespace ellm {
 namespace {
 
 constexpr int64_t kTileRows = 32;        // query rows (query x head) per work item
+constexpr int64_t kAmxTileRows = 64;     // the same on the AMX tier
+constexpr int64_t kWholeRows = 32;       // a sequence with at most this many rows is one item
 constexpr int64_t kBlockPositions = 64;  // K/V positions per attention_block call
 constexpr int64_t kMinChunk = 256;       // positions per chunk when splitting a sequence
 constexpr int64_t kMaxChunks = 64;
@@ -50,13 +54,13 @@ struct Plan {
   int64_t head_groups;      // parts (by KV heads) of a whole-sequence item too short to split
 };
 
-Plan make_plan(const AttentionShape& s, int n_members) {
+Plan make_plan(const AttentionShape& s, int n_members, Isa isa) {
   Plan p;
   p.group = s.n_heads / s.n_kv_heads;
-  p.tile_queries = std::max<int64_t>(1, kTileRows / p.group);
+  p.tile_queries = std::max<int64_t>(1, (isa == Isa::amx ? kAmxTileRows : kTileRows) / p.group);
   p.max_rows = p.tile_queries * p.group;
   // m, l, acc, then the block scratch (contract in isa_kernels.h).
-  int64_t block_scratch = std::max(p.max_rows, s.head_dim + 4) * 2 * kBlockPositions + 16;
+  int64_t block_scratch = 4 * (std::max<int64_t>(p.max_rows, 64) + s.head_dim) * 64 + 16;
   int64_t work = p.max_rows * (2 + s.head_dim) + block_scratch;
   p.work_floats = (work + 15) / 16 * 16;
   p.partial_floats = (p.max_rows * (s.head_dim + 2) + 15) / 16 * 16;
@@ -75,7 +79,7 @@ struct Item {
 
 // True when all queries x all heads of the sequence fit one tile: one item covers every head.
 bool whole_sequence(const AttentionSeq& seq, const AttentionShape& shape, const Plan& plan) {
-  return seq.n_q > 0 && seq.n_q * shape.n_heads <= plan.max_rows;
+  return seq.n_q > 0 && seq.n_q * shape.n_heads <= std::min(plan.max_rows, kWholeRows);
 }
 
 // Chunks sequence `seq` is split into (1 = not split).
@@ -236,7 +240,8 @@ Kernels kernels_for(Isa isa) {
 
 size_t attention_scratch_floats(const AttentionShape& shape, int64_t max_tokens, int64_t max_seqs,
                                 int n_members) {
-  Plan plan = make_plan(shape, n_members);
+  // Sized for the CPU's best tier, whose plan is the largest, so any lower tier fits too.
+  Plan plan = make_plan(shape, n_members, best_isa());
   // Split sequences have one tile each, so at most max_seqs * n_kv_heads * chunk_cap partials
   // (or whole_chunk_cap for a whole-sequence item).
   int64_t partials = max_seqs * std::max(shape.n_kv_heads * plan.chunk_cap, plan.whole_chunk_cap);
@@ -245,11 +250,12 @@ size_t attention_scratch_floats(const AttentionShape& shape, int64_t max_tokens,
 
 void attention(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& shape,
                float* scratch, int member, int n_members) {
-  Plan plan = make_plan(shape, n_members);
+  const Isa isa = active_isa();
+  Plan plan = make_plan(shape, n_members, isa);
   bool splitting = splitting_enabled(seqs, n_seqs, shape, plan, n_members);
   // Fewer sequences than members: one too short to split along positions goes by KV heads.
   plan.head_groups = n_seqs < n_members ? n_members : 1;
-  Kernels kernels = kernels_for(active_isa());
+  Kernels kernels = kernels_for(isa);
   float* work = scratch + kHeaderFloats + member * plan.work_floats;
   float* partials = scratch + kHeaderFloats + n_members * plan.work_floats;
 

@@ -1,14 +1,14 @@
 // AMX flash-attention block for prefill (contract of attention_block in isa_kernels.h): the two
 // products of a block, S = Q.K^T and O = P.V, run as BF16 tile products; the online softmax
-// stays in FP32 on AVX-512. Per call (up to 32 query rows), once:
-//   qb [32][head_dim]       Q * scale in BF16, rows past `rows` zero        (A of S = Q.K^T)
+// stays in FP32 on AVX-512. Per call (up to 64 query rows), once:
+//   qb [64][head_dim]       Q * scale in BF16, rows past `rows` zero        (A of S = Q.K^T)
 // and per block of up to 64 positions:
 //   kt [ks][pt][16][16][2]  K^T in VNNI order: k step ks (32 dims), position tile pt (16)  (B)
-//   s  [32][64]             scores, FP32
-//   pb [32][64]             probabilities in BF16, zero past each row's visible positions
+//   s  [64][64]             scores, FP32
+//   pb [64][64]             probabilities in BF16, zero past each row's visible positions
 //                                                                            (A of O = P.V)
 //   vb [kp][16][head_dim][2] V in VNNI order: pairs of positions, every dim     (B of O = P.V)
-//   o  [32][head_dim]       P.V of this block, FP32; then acc = acc * correction + o
+//   o  [64][head_dim]       P.V of this block, FP32; then acc = acc * correction + o
 // Unlike the FP32 kernels, Q, K, P and V are rounded to BF16 (8 significant bits) for the
 // products, as BF16 attention in the reference implementations does.
 #include <immintrin.h>
@@ -26,7 +26,7 @@ using avx512::load_f16x16;
 using avx512::tail_mask;
 namespace {
 
-constexpr int64_t kRows = 32;       // query rows per call (the driver's tile)
+constexpr int64_t kRows = 64;       // most query rows per call (the driver's tile)
 constexpr int64_t kPositions = 64;  // positions per block
 
 // Every tile 16 rows x 64 bytes.
@@ -176,7 +176,7 @@ void block(const Scratch& w, int64_t group, int64_t rows, int64_t first_end, con
            const f16* v, int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim, float* m,
            float* l, float* acc) {
   const int64_t width = p1 - p0, steps = head_dim / 32;
-  const int64_t halves = (rows + 15) / 16, position_tiles = (width + 15) / 16;
+  const int64_t row_tiles = (rows + 15) / 16, position_tiles = (width + 15) / 16;
   const int64_t pv_steps = (width + 31) / 32;
   uint8_t* kt = w.kt;
   uint16_t *vb = w.vb, *qb = w.qb, *pb = w.pb;
@@ -184,10 +184,10 @@ void block(const Scratch& w, int64_t group, int64_t rows, int64_t first_end, con
   if (first_end + (rows - 1) / group <= p0) return;  // causal: no row sees this block
   pack_k(k + p0 * ldkv, ldkv, width, head_dim, kt);
 
-  // S = Q.K^T, a row half at a time into tiles 0-3 (one per position tile).
+  // S = Q.K^T, 16 rows at a time into tiles 0-3 (one per position tile).
   asm volatile("" ::: "memory");
   const int64_t qb_stride = head_dim * 2, s_stride = kPositions * 4;
-  for (int64_t h = 0; h < halves; ++h) {
+  for (int64_t h = 0; h < row_tiles; ++h) {
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -220,7 +220,7 @@ void block(const Scratch& w, int64_t group, int64_t rows, int64_t first_end, con
 
   // Softmax per row; rows past `rows` get zero probabilities.
   float correction[kRows];
-  for (int64_t r = 0; r < halves * 16; ++r) {
+  for (int64_t r = 0; r < row_tiles * 16; ++r) {
     float unused_m = -INFINITY, unused_l = 0;
     int64_t visible = r < rows ? std::min(p1, first_end + r / group) - p0 : 0;
     correction[r] = softmax_row_bf16(s + r * kPositions, std::min(visible, width),
@@ -229,10 +229,10 @@ void block(const Scratch& w, int64_t group, int64_t rows, int64_t first_end, con
   }
   pack_v(v + p0 * ldkv, ldkv, width, head_dim, vb);
 
-  // o = P.V, a row half and 16 dims at a time.
+  // o = P.V, 16 rows and 16 dims at a time.
   asm volatile("" ::: "memory");
   const int64_t vb_stride = head_dim * 4, o_stride = head_dim * 4, pb_stride = kPositions * 2;
-  for (int64_t h = 0; h < halves; ++h)
+  for (int64_t h = 0; h < row_tiles; ++h)
     for (int64_t d = 0; d < head_dim; d += 16) {
       _tile_zero(0);
       for (int64_t kp = 0; kp < pv_steps; ++kp) {

@@ -13,7 +13,7 @@ namespace ellm {
 // head_dim. It may see positions < first_end + r / group (causal). k, v point at position 0 of
 // the head; position p is at k + p * ldkv (FP16). Online-softmax state per row: running max m[r], sum l[r],
 // unnormalised output acc[r][head_dim]. Any p1 - p0 (taken 64 positions at a time); s is
-// scratch of max(rows, head_dim + 4) * 128 + 16 floats.
+// scratch of 256 * (max(rows, 64) + head_dim) + 16 floats.
 #define ELLM_ISA_KERNELS                                                                          \
   void convert_f32_to_bf16(const float* x, bf16* out, int64_t count);                             \
   void convert_bf16_to_f32(const bf16* x, float* out, int64_t count);                             \
@@ -38,7 +38,7 @@ namespace avx512 { ELLM_ISA_KERNELS }
 #undef ELLM_ISA_KERNELS
 
 // The AMX tier has its own matrix product (on the AVX-512 packed layout) and prefill attention
-// block (rows <= 32, head_dim a multiple of 32 up to 256; other shapes go to AVX-512).
+// block (rows <= 64, head_dim a multiple of 32 up to 256; other shapes go to AVX-512).
 namespace amx {
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
             bool accumulate, int member, int n_members, std::atomic<int64_t>* pool);
