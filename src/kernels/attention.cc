@@ -2,10 +2,9 @@
 // K/V in blocks of kBlockPositions, and merges split (flash-decoding) items.
 //
 // Work item = (sequence, KV head, tile of queries, range of positions). A tile holds up to 32
-// query rows (64 on the AMX tier, where each tile packs every K/V block it reads for the tile
+// query rows (256 on the AMX tier, where each tile packs every K/V block it reads for the tile
 // products, so larger tiles pack less per row): tile_queries queries x all `group` query heads
-// sharing the KV head, so each K/V
-// block is read once for the whole group. Items are dealt to members in order by cumulative
+// sharing the KV head, so each K/V block is read once for the whole group. Items are dealt to members in order by cumulative
 // cost, which balances the causal triangle of a prefill. When a pass has too few items to keep
 // every member busy (decode of few sequences), single-tile sequences are also split along
 // positions into chunks; each chunk leaves a partial (max, sum, unnormalised output) and the
@@ -28,8 +27,7 @@ namespace ellm {
 namespace {
 
 constexpr int64_t kTileRows = 32;        // query rows (query x head) per work item
-constexpr int64_t kAmxTileRows = 64;     // the same on the AMX tier
-constexpr int64_t kWholeRows = 32;       // a sequence with at most this many rows is one item
+constexpr int64_t kAmxTileRows = 256;    // the same on the AMX tier
 constexpr int64_t kBlockPositions = 64;  // K/V positions per attention_block call
 constexpr int64_t kMinChunk = 256;       // positions per chunk when splitting a sequence
 constexpr int64_t kMaxChunks = 64;
@@ -47,8 +45,10 @@ struct Plan {
   int64_t group;          // query heads per KV head
   int64_t tile_queries;   // queries per tile
   int64_t max_rows;       // tile_queries * group
+  int64_t small_queries;  // a sequence of at most this many queries may be split along positions
+  int64_t small_rows;     // small_queries * group: rows of a split item or a whole-sequence one
   int64_t work_floats;    // per-member scratch
-  int64_t partial_floats; // one partial: m, l, acc for max_rows rows
+  int64_t partial_floats; // one partial: m, l, acc for small_rows rows
   int64_t chunk_cap;      // most chunks per split sequence (per KV head)
   int64_t whole_chunk_cap;  // most chunks of a whole-sequence item
   int64_t head_groups;      // parts (by KV heads) of a whole-sequence item too short to split
@@ -59,11 +59,13 @@ Plan make_plan(const AttentionShape& s, int n_members, Isa isa) {
   p.group = s.n_heads / s.n_kv_heads;
   p.tile_queries = std::max<int64_t>(1, (isa == Isa::amx ? kAmxTileRows : kTileRows) / p.group);
   p.max_rows = p.tile_queries * p.group;
+  p.small_queries = std::max<int64_t>(1, kTileRows / p.group);
+  p.small_rows = p.small_queries * p.group;
   // m, l, acc, then the block scratch (contract in isa_kernels.h).
   int64_t block_scratch = 4 * (std::max<int64_t>(p.max_rows, 64) + s.head_dim) * 64 + 16;
   int64_t work = p.max_rows * (2 + s.head_dim) + block_scratch;
   p.work_floats = (work + 15) / 16 * 16;
-  p.partial_floats = (p.max_rows * (s.head_dim + 2) + 15) / 16 * 16;
+  p.partial_floats = (p.small_rows * (s.head_dim + 2) + 15) / 16 * 16;
   p.chunk_cap = std::min<int64_t>(kMaxChunks, (4 * n_members + s.n_kv_heads - 1) / s.n_kv_heads);
   p.whole_chunk_cap = std::min<int64_t>(kMaxChunks, 4 * n_members);
   p.head_groups = 1;  // attention() sets it
@@ -79,13 +81,13 @@ struct Item {
 
 // True when all queries x all heads of the sequence fit one tile: one item covers every head.
 bool whole_sequence(const AttentionSeq& seq, const AttentionShape& shape, const Plan& plan) {
-  return seq.n_q > 0 && seq.n_q * shape.n_heads <= std::min(plan.max_rows, kWholeRows);
+  return seq.n_q > 0 && seq.n_q * shape.n_heads <= plan.small_rows;
 }
 
 // Chunks sequence `seq` is split into (1 = not split).
 int64_t chunks_of(const AttentionSeq& seq, const AttentionShape& shape, const Plan& plan,
                   bool splitting) {
-  if (!splitting || seq.n_q == 0 || seq.n_q > plan.tile_queries) return 1;
+  if (!splitting || seq.n_q == 0 || seq.n_q > plan.small_queries) return 1;
   int64_t context = seq.q_start + seq.n_q;
   int64_t cap = whole_sequence(seq, shape, plan) ? plan.whole_chunk_cap : plan.chunk_cap;
   return std::clamp<int64_t>(context / kMinChunk, 1, cap);
@@ -180,8 +182,8 @@ void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& sha
   if (it.partial >= 0) {
     float* dst = partials + it.partial * plan.partial_floats;
     std::memcpy(dst, m, rows * sizeof(float));
-    std::memcpy(dst + plan.max_rows, l, rows * sizeof(float));
-    std::memcpy(dst + 2 * plan.max_rows, acc, rows * hd * sizeof(float));
+    std::memcpy(dst + plan.small_rows, l, rows * sizeof(float));
+    std::memcpy(dst + 2 * plan.small_rows, acc, rows * hd * sizeof(float));
     return;
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -216,8 +218,8 @@ void merge_partials(const AttentionSeq* seqs, int64_t n_seqs, const AttentionSha
           const float* part = partials + (first + c) * plan.partial_floats;
           if (part[r] == -INFINITY) continue;  // this chunk lies after the query
           float weight = std::exp(part[r] - max);
-          sum += part[plan.max_rows + r] * weight;
-          const float* acc = part + 2 * plan.max_rows + r * hd;
+          sum += part[plan.small_rows + r] * weight;
+          const float* acc = part + 2 * plan.small_rows + r * hd;
           for (int64_t d = 0; d < hd; ++d) o[d] += acc[d] * weight;
         }
         for (int64_t d = 0; d < hd; ++d) o[d] /= sum;

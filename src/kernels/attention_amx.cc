@@ -1,14 +1,14 @@
 // AMX flash-attention block for prefill (contract of attention_block in isa_kernels.h): the two
 // products of a block, S = Q.K^T and O = P.V, run as BF16 tile products; the online softmax
-// stays in FP32 on AVX-512. Per call (up to 64 query rows), once:
-//   qb [64][head_dim]       Q * scale in BF16, rows past `rows` zero        (A of S = Q.K^T)
+// stays in FP32 on AVX-512. Per call (up to 256 query rows), once:
+//   qb [256][head_dim]      Q * scale in BF16, rows past `rows` zero        (A of S = Q.K^T)
 // and per block of up to 64 positions:
 //   kt [ks][pt][16][16][2]  K^T in VNNI order: k step ks (32 dims), position tile pt (16)  (B)
-//   s  [64][64]             scores, FP32
-//   pb [64][64]             probabilities in BF16, zero past each row's visible positions
+//   s  [256][64]            scores, FP32
+//   pb [256][64]            probabilities in BF16, zero past each row's visible positions
 //                                                                            (A of O = P.V)
 //   vb [kp][16][head_dim][2] V in VNNI order: pairs of positions, every dim     (B of O = P.V)
-//   o  [64][head_dim]       P.V of this block, FP32; then acc = acc * correction + o
+//   o  [256][head_dim]      P.V of this block, FP32; then acc = acc * correction + o
 // Unlike the FP32 kernels, Q, K, P and V are rounded to BF16 (8 significant bits) for the
 // products, as BF16 attention in the reference implementations does.
 #include <immintrin.h>
@@ -26,7 +26,7 @@ using avx512::load_f16x16;
 using avx512::tail_mask;
 namespace {
 
-constexpr int64_t kRows = 64;       // most query rows per call (the driver's tile)
+constexpr int64_t kRows = 256;      // most query rows per call (the driver's tile)
 constexpr int64_t kPositions = 64;  // positions per block
 
 // Every tile 16 rows x 64 bytes.

@@ -38,7 +38,7 @@ namespace avx512 { ELLM_ISA_KERNELS }
 #undef ELLM_ISA_KERNELS
 
 // The AMX tier has its own matrix product (on the AVX-512 packed layout) and prefill attention
-// block (rows <= 64, head_dim a multiple of 32 up to 256; other shapes go to AVX-512).
+// block (rows <= 256, head_dim a multiple of 32 up to 256; other shapes go to AVX-512).
 namespace amx {
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
             bool accumulate, int member, int n_members, std::atomic<int64_t>* pool);
