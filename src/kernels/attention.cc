@@ -45,6 +45,7 @@ struct Plan {
   int64_t group;          // query heads per KV head
   int64_t tile_queries;   // queries per tile
   int64_t max_rows;       // tile_queries * group
+  int64_t acc_rows;       // max_rows rounded up to whole 16-row AMX tiles (their padding rows)
   int64_t small_queries;  // a sequence of at most this many queries may be split along positions
   int64_t small_rows;     // small_queries * group: rows of a split item or a whole-sequence one
   int64_t work_floats;    // per-member scratch
@@ -59,11 +60,14 @@ Plan make_plan(const AttentionShape& s, int n_members, Isa isa) {
   p.group = s.n_heads / s.n_kv_heads;
   p.tile_queries = std::max<int64_t>(1, (isa == Isa::amx ? kAmxTileRows : kTileRows) / p.group);
   p.max_rows = p.tile_queries * p.group;
+  p.acc_rows = (p.max_rows + 15) / 16 * 16;
   p.small_queries = std::max<int64_t>(1, kTileRows / p.group);
   p.small_rows = p.small_queries * p.group;
   // m, l, acc, then the block scratch (contract in isa_kernels.h).
   int64_t block_scratch = 4 * (std::max<int64_t>(p.max_rows, 64) + s.head_dim) * 64 + 16;
-  int64_t work = p.max_rows * (2 + s.head_dim) + block_scratch;
+  if (isa == Isa::amx)
+    block_scratch = std::max(block_scratch, int64_t(amx::attention_block_scratch_floats(s.head_dim)));
+  int64_t work = 2 * p.max_rows + p.acc_rows * s.head_dim + block_scratch;
   p.work_floats = (work + 15) / 16 * 16;
   p.partial_floats = (p.small_rows * (s.head_dim + 2) + 15) / 16 * 16;
   p.chunk_cap = std::min<int64_t>(kMaxChunks, (4 * n_members + s.n_kv_heads - 1) / s.n_kv_heads);
@@ -155,16 +159,18 @@ void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& sha
   float* m = work;
   float* l = m + plan.max_rows;
   float* acc = l + plan.max_rows;
-  float* s = acc + plan.max_rows * hd;
+  float* s = acc + plan.acc_rows * hd;
   std::fill(m, m + rows, -INFINITY);
   std::fill(l, l + rows, 0.0f);
   std::fill(acc, acc + rows * hd, 0.0f);
 
   int64_t first_end = seq.q_start + it.q0 + 1;
-  if (it.whole && (hd == 64 || hd == 128) && (per_head == 1 || per_head == 2 || per_head == 4 || per_head == 8))
+  if (it.whole && (hd == 64 || hd == 128) && (per_head == 1 || per_head == 2 || per_head == 4 || per_head == 8)) {
     kernels.all_heads(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, it.heads,
                       group, per_head, first_end, seq.k + it.kv_head * hd, seq.v + it.kv_head * hd,
                       shape.kv_row_stride, it.p0, it.p1, hd, shape.scale, m, l, acc, s);
+    amx::clear_attention_cache(s);  // it wrote over the AMX block's cache tag (harmless elsewhere)
+  }
   else if (it.heads == 1)  // one call for the whole range: the kernel prepares q once
     kernels.block(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, group, per_head,
                   first_end, seq.k + it.kv_head * hd, seq.v + it.kv_head * hd,
@@ -260,6 +266,8 @@ void attention(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& s
   Kernels kernels = kernels_for(isa);
   float* work = scratch + kHeaderFloats + member * plan.work_floats;
   float* partials = scratch + kHeaderFloats + n_members * plan.work_floats;
+  // The K/V an AMX block packed in an earlier pass (another layer or sequence) is stale.
+  amx::clear_attention_cache(work + 2 * plan.max_rows + plan.acc_rows * shape.head_dim);
 
   int64_t total = 0;
   for_each_item(seqs, n_seqs, shape, plan, splitting, [&](const Item& it) { total += item_cost(it); });

@@ -8,13 +8,14 @@
 //   pb [256][64]            probabilities in BF16, zero past each row's visible positions
 //                                                                            (A of O = P.V)
 //   vb [kp][16][head_dim][2] V in VNNI order: pairs of positions, every dim     (B of O = P.V)
-//   o  [256][head_dim]      P.V of this block, FP32; then acc = acc * correction + o
+// and acc itself is the accumulator of O = P.V (its rows rescaled first where the max moved).
 // Unlike the FP32 kernels, Q, K, P and V are rounded to BF16 (8 significant bits) for the
 // products, as BF16 attention in the reference implementations does.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "kernels/amx_tiles.h"
 #include "kernels/isa_kernels.h"
@@ -28,6 +29,7 @@ namespace {
 
 constexpr int64_t kRows = 256;      // most query rows per call (the driver's tile)
 constexpr int64_t kPositions = 64;  // positions per block
+constexpr int64_t kCacheBlocks = 512;  // packed blocks kept per member (32k positions)
 
 // Every tile 16 rows x 64 bytes.
 void configure_full_tiles() {
@@ -132,26 +134,50 @@ float softmax_row_bf16(const float* s, int64_t visible, float& m, float& l, uint
   return correction;
 }
 
-// Scratch pieces, 64-byte aligned: [kt | vb] [qb] [s | o] [pb].
+// The packed K^T and V of whole 64-position blocks, kept across the calls of one attention
+// pass for one (sequence, layer, KV head): a member takes a KV head's query tiles one after
+// another, and each tile reads every block the one before it read. The driver clears the tag at
+// the start of a pass (and after anything else used the scratch).
+struct PackCache {
+  const f16* k;
+  const f16* v;
+  int64_t ldkv;
+  int64_t blocks;  // blocks [0, blocks) are packed
+};
+
+// Bytes of K^T (or of V) of one 64-position block in VNNI order.
+int64_t packed_bytes(int64_t head_dim) { return head_dim * 128; }
+
+// Scratch pieces, 64-byte aligned: [cache tag] [kt] [vb] [qb] [s] [pb] [cached blocks].
 struct Scratch {
+  PackCache* cache;
   uint8_t* kt;
   uint16_t* vb;
   uint16_t* qb;
   float* s;
-  float* o;
   uint16_t* pb;
+  uint8_t* cached;  // kCacheBlocks x [K^T | V]
 
   Scratch(float* scratch, int64_t head_dim) {
     uint8_t* at = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
+    cache = reinterpret_cast<PackCache*>(at);
+    at += 64;
     kt = at;
+    at += packed_bytes(head_dim);
     vb = reinterpret_cast<uint16_t*>(at);
-    at += head_dim * 128;  // K^T or V of 64 positions in BF16
+    at += packed_bytes(head_dim);
     qb = reinterpret_cast<uint16_t*>(at);
     at += kRows * head_dim * 2;
     s = reinterpret_cast<float*>(at);
-    o = reinterpret_cast<float*>(at);
-    at += std::max(kRows * kPositions * 4, kRows * head_dim * 4);
+    at += kRows * kPositions * 4;
     pb = reinterpret_cast<uint16_t*>(at);
+    at += kRows * kPositions * 2;
+    cached = at;
+  }
+  static int64_t bytes(int64_t head_dim) {
+    return 63 + 64 + 2 * packed_bytes(head_dim) + kRows * head_dim * 2 +
+           kRows * kPositions * 4 + kRows * kPositions * 2 +
+           kCacheBlocks * 2 * packed_bytes(head_dim);
   }
 };
 
@@ -171,18 +197,37 @@ void pack_q(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t he
     }
 }
 
+// K^T and V of positions [p, p + width) in VNNI order: from the pass's cache when packed by an
+// earlier call, else packed now (into the cache when the block is whole and next in line).
+std::pair<const uint8_t*, const uint16_t*> packed_block(const Scratch& w, bool cacheable,
+                                                        const f16* k, const f16* v, int64_t ldkv,
+                                                        int64_t p, int64_t width, int64_t head_dim) {
+  const int64_t b = p / kPositions;
+  PackCache& cache = *w.cache;
+  if (cacheable && width == kPositions && b < kCacheBlocks && b <= cache.blocks) {
+    uint8_t* kt = w.cached + b * 2 * packed_bytes(head_dim);
+    uint16_t* vb = reinterpret_cast<uint16_t*>(kt + packed_bytes(head_dim));
+    if (b == cache.blocks) {
+      pack_k(k + p * ldkv, ldkv, width, head_dim, kt);
+      pack_v(v + p * ldkv, ldkv, width, head_dim, vb);
+      ++cache.blocks;
+    }
+    return {kt, vb};
+  }
+  pack_k(k + p * ldkv, ldkv, width, head_dim, w.kt);
+  pack_v(v + p * ldkv, ldkv, width, head_dim, w.vb);
+  return {w.kt, w.vb};
+}
+
 // One block of at most 64 positions against the packed Q; tiles configured 16 x 64 bytes.
-void block(const Scratch& w, int64_t group, int64_t rows, int64_t first_end, const f16* k,
-           const f16* v, int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim, float* m,
-           float* l, float* acc) {
+void block(const Scratch& w, const uint8_t* kt, const uint16_t* vb, int64_t group, int64_t rows,
+           int64_t first_end, int64_t p0, int64_t p1, int64_t head_dim, float* m, float* l,
+           float* acc) {
   const int64_t width = p1 - p0, steps = head_dim / 32;
   const int64_t row_tiles = (rows + 15) / 16, position_tiles = (width + 15) / 16;
   const int64_t pv_steps = (width + 31) / 32;
-  uint8_t* kt = w.kt;
-  uint16_t *vb = w.vb, *qb = w.qb, *pb = w.pb;
-  float *s = w.s, *o = w.o;
-  if (first_end + (rows - 1) / group <= p0) return;  // causal: no row sees this block
-  pack_k(k + p0 * ldkv, ldkv, width, head_dim, kt);
+  uint16_t *qb = w.qb, *pb = w.pb;
+  float* s = w.s;
 
   // S = Q.K^T, 16 rows at a time into tiles 0-3 (one per position tile).
   asm volatile("" ::: "memory");
@@ -227,47 +272,65 @@ void block(const Scratch& w, int64_t group, int64_t rows, int64_t first_end, con
                                      r < rows ? m[r] : unused_m, r < rows ? l[r] : unused_l,
                                      pb + r * kPositions);
   }
-  pack_v(v + p0 * ldkv, ldkv, width, head_dim, vb);
 
-  // o = P.V, 16 rows and 16 dims at a time.
+  // acc = acc * correction + P.V. Rescale only the rows whose maximum moved (after the first
+  // blocks, few do), then add P.V with acc itself as the tile accumulator: acc is read and
+  // written once per block. Padding rows of a tile have zero probabilities, so the tile writes
+  // back what it read there.
+  for (int64_t r = 0; r < rows; ++r) {
+    if (correction[r] == 1.0f) continue;
+    const __m512 c = _mm512_set1_ps(correction[r]);
+    float* a = acc + r * head_dim;
+    for (int64_t d = 0; d < head_dim; d += 16)
+      _mm512_storeu_ps(a + d, _mm512_mul_ps(_mm512_loadu_ps(a + d), c));
+  }
   asm volatile("" ::: "memory");
-  const int64_t vb_stride = head_dim * 4, o_stride = head_dim * 4, pb_stride = kPositions * 2;
+  const int64_t vb_stride = head_dim * 4, acc_stride = head_dim * 4, pb_stride = kPositions * 2;
   for (int64_t h = 0; h < row_tiles; ++h)
     for (int64_t d = 0; d < head_dim; d += 16) {
-      _tile_zero(0);
+      float* a = acc + h * 16 * head_dim + d;
+      _tile_loadd(0, a, acc_stride);
       for (int64_t kp = 0; kp < pv_steps; ++kp) {
         _tile_loadd(4, pb + h * 16 * kPositions + kp * 32, pb_stride);
         _tile_loadd(5, vb + kp * 16 * 2 * head_dim + 2 * d, vb_stride);
         _tile_dpbf16ps(0, 4, 5);
       }
-      _tile_stored(0, o + h * 16 * head_dim + d, o_stride);
+      _tile_stored(0, a, acc_stride);
     }
   asm volatile("" ::: "memory");
-
-  // acc = acc * correction + o
-  for (int64_t r = 0; r < rows; ++r) {
-    const __m512 c = _mm512_set1_ps(correction[r]);
-    float* a = acc + r * head_dim;
-    for (int64_t d = 0; d < head_dim; d += 16)
-      _mm512_storeu_ps(a + d, _mm512_fmadd_ps(_mm512_loadu_ps(a + d), c,
-                                              _mm512_loadu_ps(o + r * head_dim + d)));
-  }
 }
 
 }  // namespace
 
+size_t attention_block_scratch_floats(int64_t head_dim) {
+  return size_t((Scratch::bytes(head_dim) + 3) / 4);
+}
+
+void clear_attention_cache(float* s) {
+  std::fill_n(s, 32, 0.0f);  // the tag, wherever the 64-byte alignment puts it
+}
+
 void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
                      const f16* k, const f16* v, int64_t ldkv, int64_t p0, int64_t p1,
                      int64_t head_dim, float scale, float* m, float* l, float* acc, float* s) {
-  if (head_dim % 32 != 0 || head_dim > 256 || rows > kRows)
-    return avx512::attention_block(q, ldq, group, rows, first_end, k, v, ldkv, p0, p1, head_dim,
-                                   scale, m, l, acc, s);
+  if (head_dim % 32 != 0 || head_dim > 256 || rows > kRows) {
+    avx512::attention_block(q, ldq, group, rows, first_end, k, v, ldkv, p0, p1, head_dim, scale,
+                            m, l, acc, s);
+    return clear_attention_cache(s);
+  }
   const Scratch w(s, head_dim);
+  // Blocks are cached by their index, so only ranges that start on a block boundary use them.
+  const bool cacheable = p0 % kPositions == 0;
+  PackCache& cache = *w.cache;
+  if (cacheable && (cache.k != k || cache.v != v || cache.ldkv != ldkv)) cache = {k, v, ldkv, 0};
   pack_q(q, ldq, group, rows, head_dim, scale, w.qb);
   configure_full_tiles();
-  for (int64_t p = p0; p < p1; p += kPositions)
-    block(w, group, rows, first_end, k, v, ldkv, p, std::min(p1, p + kPositions), head_dim, m, l,
-          acc);
+  for (int64_t p = p0; p < p1; p += kPositions) {
+    if (first_end + (rows - 1) / group <= p) break;  // causal: no row sees this block or later
+    const int64_t end = std::min(p1, p + kPositions);
+    auto [kt, vb] = packed_block(w, cacheable, k, v, ldkv, p, end - p, head_dim);
+    block(w, kt, vb, group, rows, first_end, p, end, head_dim, m, l, acc);
+  }
   _tile_release();
   asm volatile("" ::: "memory");
 }

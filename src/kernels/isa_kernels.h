@@ -45,6 +45,13 @@ void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float
 void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
                      const f16* k, const f16* v, int64_t ldkv, int64_t p0, int64_t p1,
                      int64_t head_dim, float scale, float* m, float* l, float* acc, float* s);
+// Its acc must have room for `rows` rounded up to 16: it reads those padding rows and writes them
+// back unchanged. Its s is larger than the other tiers' (it keeps the blocks it packed for the
+// rest of the pass):
+// this many floats. clear_attention_cache(s) forgets them; the driver calls it at the start of
+// every pass and after any other kernel used s.
+size_t attention_block_scratch_floats(int64_t head_dim);
+void clear_attention_cache(float* s);
 }
 
 // attention_block for every KV head at once, for a few query rows (decode): q, m, l and acc are
