@@ -116,7 +116,8 @@ float softmax_row_bf16(const float* s, int64_t visible, float& m, float& l, uint
   for (int64_t j = 0; j < visible; j += 16)
     vmax = _mm512_mask_max_ps(vmax, tail_mask(visible - j), vmax, _mm512_loadu_ps(s + j));
   const float new_max = std::max(m, _mm512_reduce_max_ps(vmax));
-  const float correction = std::exp(m - new_max);  // 0 on the first block (m = -inf)
+  // 0 on the first block (m = -inf); 1, without an exp, when the maximum did not move
+  const float correction = new_max == m ? 1.0f : std::exp(m - new_max);
   const __m512 vnew_max = _mm512_set1_ps(new_max);
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t j = 0; j < kPositions; j += 32) {

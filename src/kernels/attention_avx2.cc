@@ -100,7 +100,8 @@ float softmax_row(float* s, int64_t visible, int64_t ldt, float& m, float& l) {
   float block_max = -INFINITY;
   for (int64_t j = 0; j < visible; ++j) block_max = std::max(block_max, s[j]);
   float new_max = std::max(m, block_max);
-  float correction = std::exp(m - new_max);  // 0 on the first block (m = -inf)
+  // 0 on the first block (m = -inf); 1, without an exp, when the maximum did not move
+  float correction = new_max == m ? 1.0f : std::exp(m - new_max);
   __m256 vsum = _mm256_setzero_ps(), vnew_max = _mm256_set1_ps(new_max);
   for (int64_t j = 0; j < ldt; j += 8) {
     __m256 p = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), vnew_max));

@@ -136,7 +136,8 @@ float softmax_row(float* s, int64_t visible, int64_t ldt, float& m, float& l) {
   for (int64_t j = 0; j < visible; j += 16)
     vmax = _mm512_mask_max_ps(vmax, tail_mask(visible - j), vmax, _mm512_loadu_ps(s + j));
   float new_max = std::max(m, _mm512_reduce_max_ps(vmax));
-  float correction = std::exp(m - new_max);  // 0 on the first block (m = -inf)
+  // 0 on the first block (m = -inf); 1, without an exp, when the maximum did not move
+  float correction = new_max == m ? 1.0f : std::exp(m - new_max);
   __m512 vsum = _mm512_setzero_ps(), vnew_max = _mm512_set1_ps(new_max);
   for (int64_t j = 0; j < ldt; j += 16) {
     __mmask16 mask = j < visible ? tail_mask(visible - j) : 0;
