@@ -2,10 +2,10 @@
 // products of a block, S = Q.K^T and O = P.V, run as BF16 tile products; the online softmax
 // stays in FP32 on AVX-512. Per call (up to 256 query rows), once:
 //   qb [256][head_dim]      Q * scale in BF16, rows past `rows` zero        (A of S = Q.K^T)
-// and per block of up to 64 positions:
+// and per block of up to 128 positions:
 //   kt [ks][pt][16][16][2]  K^T in VNNI order: k step ks (32 dims), position tile pt (16)  (B)
-//   s  [256][64]            scores, FP32
-//   pb [256][64]            probabilities in BF16, zero past each row's visible positions
+//   s  [256][128]           scores, FP32
+//   pb [256][128]           probabilities in BF16, zero past each row's visible positions
 //                                                                            (A of O = P.V)
 //   vb [kp][16][head_dim][2] V in VNNI order: pairs of positions, every dim     (B of O = P.V)
 // and acc itself is the accumulator of O = P.V (its rows rescaled first where the max moved).
@@ -28,8 +28,9 @@ using avx512::tail_mask;
 namespace {
 
 constexpr int64_t kRows = 256;      // most query rows per call (the driver's tile)
-constexpr int64_t kPositions = 64;  // positions per block
-constexpr int64_t kCacheBlocks = 512;  // packed blocks kept per member (32k positions)
+constexpr int64_t kPositions = 128;  // positions per block
+constexpr int64_t kPositionTiles = kPositions / 16;
+constexpr int64_t kCacheBlocks = 256;  // packed blocks kept per member (32k positions)
 
 // Every tile 16 rows x 64 bytes.
 void configure_full_tiles() {
@@ -82,7 +83,7 @@ void pack_k(const f16* k, int64_t ldk, int64_t width, int64_t head_dim, uint8_t*
         int64_t p = pt * 16 + j;
         r[j] = p < width ? f16x32_to_bf16(k + p * ldk + ks * 32) : _mm512_setzero_si512();
       }
-      transpose_dwords16(r, kt + (ks * 4 + pt) * 1024);
+      transpose_dwords16(r, kt + (ks * kPositionTiles + pt) * 1024);
     }
 }
 
@@ -105,8 +106,8 @@ void pack_v(const f16* v, int64_t ldv, int64_t width, int64_t head_dim, uint16_t
   }
 }
 
-// Online-softmax update of row s[0:64] against `visible` positions: probabilities in BF16 into
-// pb[0:64]; returns the factor the row's accumulated output must be scaled by.
+// Online-softmax update of row s[0:128] against `visible` positions: probabilities in BF16 into
+// pb[0:128]; returns the factor the row's accumulated output must be scaled by.
 float softmax_row_bf16(const float* s, int64_t visible, float& m, float& l, uint16_t* pb) {
   if (visible <= 0) {
     for (int64_t j = 0; j < kPositions; j += 32) _mm512_storeu_si512(pb + j, _mm512_setzero_si512());
@@ -135,7 +136,7 @@ float softmax_row_bf16(const float* s, int64_t visible, float& m, float& l, uint
   return correction;
 }
 
-// The packed K^T and V of whole 64-position blocks, kept across the calls of one attention
+// The packed K^T and V of whole 128-position blocks, kept across the calls of one attention
 // pass for one (sequence, layer, KV head): a member takes a KV head's query tiles one after
 // another, and each tile reads every block the one before it read. The driver clears the tag at
 // the start of a pass (and after anything else used the scratch).
@@ -146,8 +147,8 @@ struct PackCache {
   int64_t blocks;  // blocks [0, blocks) are packed
 };
 
-// Bytes of K^T (or of V) of one 64-position block in VNNI order.
-int64_t packed_bytes(int64_t head_dim) { return head_dim * 128; }
+// Bytes of K^T (or of V) of one 128-position block in VNNI order.
+int64_t packed_bytes(int64_t head_dim) { return head_dim * kPositions * 2; }
 
 // Scratch pieces, 64-byte aligned: [cache tag] [kt] [vb] [qb] [s] [pb] [cached blocks].
 struct Scratch {
@@ -220,7 +221,7 @@ std::pair<const uint8_t*, const uint16_t*> packed_block(const Scratch& w, bool c
   return {w.kt, w.vb};
 }
 
-// One block of at most 64 positions against the packed Q; tiles configured 16 x 64 bytes.
+// One block of at most 128 positions against the packed Q; tiles configured 16 x 64 bytes.
 void block(const Scratch& w, const uint8_t* kt, const uint16_t* vb, int64_t group, int64_t rows,
            int64_t first_end, int64_t p0, int64_t p1, int64_t head_dim, float* m, float* l,
            float* acc) {
@@ -233,35 +234,37 @@ void block(const Scratch& w, const uint8_t* kt, const uint16_t* vb, int64_t grou
   // S = Q.K^T, 16 rows at a time into tiles 0-3 (one per position tile).
   asm volatile("" ::: "memory");
   const int64_t qb_stride = head_dim * 2, s_stride = kPositions * 4;
-  for (int64_t h = 0; h < row_tiles; ++h) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int64_t ks = 0; ks < steps; ++ks) {
-      _tile_loadd(4, qb + h * 16 * head_dim + ks * 32, qb_stride);
-      const uint8_t* kts = kt + ks * 4 * 1024;
-      _tile_loadd(5, kts, 64);
-      _tile_dpbf16ps(0, 4, 5);
-      if (position_tiles > 1) {
-        _tile_loadd(6, kts + 1024, 64);
-        _tile_dpbf16ps(1, 4, 6);
+  for (int64_t h = 0; h < row_tiles; ++h)
+    for (int64_t g = 0; g < position_tiles; g += 4) {  // 4 position tiles in tiles 0-3
+      const int64_t tiles = position_tiles - g;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t ks = 0; ks < steps; ++ks) {
+        _tile_loadd(4, qb + h * 16 * head_dim + ks * 32, qb_stride);
+        const uint8_t* kts = kt + (ks * kPositionTiles + g) * 1024;
+        _tile_loadd(5, kts, 64);
+        _tile_dpbf16ps(0, 4, 5);
+        if (tiles > 1) {
+          _tile_loadd(6, kts + 1024, 64);
+          _tile_dpbf16ps(1, 4, 6);
+        }
+        if (tiles > 2) {
+          _tile_loadd(7, kts + 2048, 64);
+          _tile_dpbf16ps(2, 4, 7);
+        }
+        if (tiles > 3) {
+          _tile_loadd(5, kts + 3072, 64);
+          _tile_dpbf16ps(3, 4, 5);
+        }
       }
-      if (position_tiles > 2) {
-        _tile_loadd(7, kts + 2048, 64);
-        _tile_dpbf16ps(2, 4, 7);
-      }
-      if (position_tiles > 3) {
-        _tile_loadd(5, kts + 3072, 64);
-        _tile_dpbf16ps(3, 4, 5);
-      }
+      float* sh = s + h * 16 * kPositions + g * 16;
+      _tile_stored(0, sh, s_stride);
+      if (tiles > 1) _tile_stored(1, sh + 16, s_stride);
+      if (tiles > 2) _tile_stored(2, sh + 32, s_stride);
+      if (tiles > 3) _tile_stored(3, sh + 48, s_stride);
     }
-    float* sh = s + h * 16 * kPositions;
-    _tile_stored(0, sh, s_stride);
-    if (position_tiles > 1) _tile_stored(1, sh + 16, s_stride);
-    if (position_tiles > 2) _tile_stored(2, sh + 32, s_stride);
-    if (position_tiles > 3) _tile_stored(3, sh + 48, s_stride);
-  }
   asm volatile("" ::: "memory");
 
   // Softmax per row; rows past `rows` get zero probabilities.
