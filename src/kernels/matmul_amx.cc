@@ -17,7 +17,7 @@
 // Shapes with k or n not a multiple of 32 go to the AVX-512 kernel (Qwen3's never do).
 #include <immintrin.h>
 
-#include <cstring>
+#include <algorithm>
 
 #include "base/threads.h"
 #include "kernels/amx_tiles.h"
