@@ -17,8 +17,7 @@ namespace ellm {
 float peak_loop_avx512_bf16(int64_t iterations);
 float peak_loop_amx_bf16(int64_t iterations);
 float peak_loop_avx2_fma(int64_t iterations);
-uint64_t read_stream_avx512(const uint8_t* data, size_t bytes);
-uint64_t read_stream_prefetched_avx512(const uint8_t* data, size_t bytes);
+uint64_t read_stream_avx512(const uint8_t* data, size_t bytes, bool prefetch);
 uint64_t read_stream_avx2(const uint8_t* data, size_t bytes);
 float read_stream_dot_avx512_bf16(const uint8_t* data, size_t bytes);
 float read_stream_fma_avx2(const uint8_t* data, size_t bytes);
@@ -93,8 +92,8 @@ double ReadBandwidthProbe::pass(ReadLoop loop) {
     uint64_t v = 0;
     if (isa >= Isa::avx512)
       v = loop == ReadLoop::dots         ? uint64_t(read_stream_dot_avx512_bf16(part, part_bytes))
-          : loop == ReadLoop::prefetched ? read_stream_prefetched_avx512(part, part_bytes)
-                                         : read_stream_avx512(part, part_bytes);
+                                         : read_stream_avx512(part, part_bytes,
+                                                              loop == ReadLoop::prefetched);
     else if (isa == Isa::avx2)
       v = loop == ReadLoop::dots ? uint64_t(read_stream_fma_avx2(part, part_bytes))
                                  : read_stream_avx2(part, part_bytes);
@@ -110,7 +109,8 @@ double ReadBandwidthProbe::measure(int passes) {
   double best = 1e30;
   for (int i = 0; i < passes; ++i)
     for (ReadLoop loop : {ReadLoop::sums, ReadLoop::dots, ReadLoop::prefetched})
-      best = std::min(best, pass(loop));
+      if (loop != ReadLoop::prefetched || active_isa() >= Isa::avx512)  // AVX-512 tiers only
+        best = std::min(best, pass(loop));
   return double(bytes_) / best;
 }
 

@@ -1,5 +1,6 @@
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -26,32 +27,19 @@ float peak_loop_avx512_bf16(int64_t iterations) {
   return _mm512_reduce_add_ps(sum);
 }
 
-// Sums 64-bit words of [data, data+bytes) with four streams of 512-bit loads.
-uint64_t read_stream_avx512(const uint8_t* data, size_t bytes) {
-  __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
-  size_t i = 0;
-  for (; i + 256 <= bytes; i += 256) {
-    s0 = _mm512_add_epi64(s0, _mm512_load_si512(data + i));
-    s1 = _mm512_add_epi64(s1, _mm512_load_si512(data + i + 64));
-    s2 = _mm512_add_epi64(s2, _mm512_load_si512(data + i + 128));
-    s3 = _mm512_add_epi64(s3, _mm512_load_si512(data + i + 192));
-  }
-  __m512i s = _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3));
-  return uint64_t(_mm512_reduce_add_epi64(s));
-}
-
-// The sums above with software prefetch of the next 2 KiB while summing the current 2 KiB, as the
-// AMX decode product reads its weights: on a Sapphire-Rapids-class VM that streamed about 20%
-// faster than without, where on an AMD EPYC VM software prefetch slowed such streams.
-uint64_t read_stream_prefetched_avx512(const uint8_t* data, size_t bytes) {
+// Sums 64-bit words of [data, data+bytes) with four streams of 512-bit loads, 2 KiB at a time.
+// With `prefetch`, it fetches the next 2 KiB while summing the current one, as the AMX decode
+// product reads its weights: on a Sapphire-Rapids-class VM that streamed about 20% faster than
+// without, where on an AMD EPYC VM software prefetch slowed such streams.
+uint64_t read_stream_avx512(const uint8_t* data, size_t bytes, bool prefetch) {
   constexpr size_t kAhead = 2048;
   __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
-  size_t i = 0;
-  for (; i + kAhead <= bytes; i += kAhead) {
-    if (i + 2 * kAhead <= bytes)
+  for (size_t i = 0; i + 256 <= bytes; i += kAhead) {
+    if (prefetch && i + 2 * kAhead <= bytes)
       for (size_t line = 0; line < kAhead; line += 64)
         _mm_prefetch(reinterpret_cast<const char*>(data + i + kAhead + line), _MM_HINT_T0);
-    for (size_t j = i; j < i + kAhead; j += 256) {
+    const size_t end = std::min(bytes, i + kAhead);
+    for (size_t j = i; j + 256 <= end; j += 256) {
       s0 = _mm512_add_epi64(s0, _mm512_load_si512(data + j));
       s1 = _mm512_add_epi64(s1, _mm512_load_si512(data + j + 64));
       s2 = _mm512_add_epi64(s2, _mm512_load_si512(data + j + 128));
@@ -64,7 +52,7 @@ uint64_t read_stream_prefetched_avx512(const uint8_t* data, size_t bytes) {
 
 // Reads [data, data+bytes) as decode's matrix-vector products do: one vdpbf16ps per loaded line.
 // On an AMD EPYC VM this read 10-25% faster than the plain sums above, and decode itself streamed
-// faster than those sums, so the probe takes the better of the two.
+// faster than those sums, so the probe takes the best of the loops.
 float read_stream_dot_avx512_bf16(const uint8_t* data, size_t bytes) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0;
   const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3f80);
