@@ -632,6 +632,8 @@ class Parser {
     if (args.size() == 1) {
       index = std::move(args[0]);
     } else {
+      for (const ExprPtr& arg : args)
+        if (arg->kind == Expr::Kind::Slice) error("a slice cannot be part of a tuple subscript", line);
       index = node(Expr::Kind::Tuple, line);
       index->items = std::move(args);
     }

@@ -50,6 +50,8 @@ TEST(JinjaErrors, UnterminatedConstructs) {
 }
 
 TEST(JinjaErrors, SyntaxErrors) {
+  EXPECT_EQ(error_of("{{ n[:,1] }}"), "t.jinja:1: a slice cannot be part of a tuple subscript");
+  EXPECT_EQ(error_of("{{ n[1, ::2] }}"), "t.jinja:1: a slice cannot be part of a tuple subscript");
   EXPECT_EQ(error_of("{% foo %}"), "t.jinja:1: unknown tag 'foo'");
   EXPECT_EQ(error_of("{% endif %}"), "t.jinja:1: unexpected 'endif' tag");
   EXPECT_EQ(error_of("{% break %}"), "t.jinja:1: 'break' outside of a loop");
