@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/memory.h"
 #include "engine/engine.h"
 #include "engine/output_parser.h"
 #include "model/config.h"
@@ -61,6 +62,7 @@ int cmd_serve(int argc, char** argv) {
   CLI::App app{"OpenAI/vLLM-compatible HTTP server", "ellm serve"};
   std::string model_path, host = "0.0.0.0", served_name, api_key, chat_template_file, tool_parser;
   std::string kv_memory = "0", max_body = "8M", scripted;
+  std::string session_memory, session_dir, session_disk;
   int port = 8000, threads = 0;
   int64_t sequence_length = 0, batch_size = 4, chunk_size = 0, max_queue = 64;
   double shutdown_grace = 10;
@@ -81,7 +83,12 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--tool-call-parser", tool_parser, "hermes, qwen3_coder or none (default: from the template)");
   app.add_option("--max-body-size", max_body, "largest request body, e.g. 8M")->capture_default_str();
   app.add_option("--shutdown-grace", shutdown_grace, "seconds in-flight requests get on SIGTERM")->capture_default_str();
-  app.add_flag("--no-session-cache", no_session_cache, "never reuse a slot's cached prefix");
+  app.add_flag("--no-session-cache", no_session_cache, "never reuse cached KV, and keep no session store");
+  app.add_option("--session-memory", session_memory,
+                 "RAM for sessions that left their slot, e.g. 4G (default: a quarter of RAM, at most 16G)");
+  app.add_option("--session-dir", session_dir,
+                 "directory for sessions beyond --session-memory; they survive restarts and may be shared by replicas (default: none)");
+  app.add_option("--session-disk", session_disk, "disk budget of --session-dir, e.g. 100G (default: half the free space there)");
   app.add_option("--scripted-output", scripted, "testing: comma-separated token ids emitted instead of sampling");
   try {
     // A flag given twice takes its last value, as in vLLM (and wrapper scripts rely on it).
@@ -103,6 +110,7 @@ int cmd_serve(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);  // a client closing mid-write is an error return, not a kill
 
   std::atomic<Server*> live_server{nullptr};
+  std::atomic<Engine*> live_engine{nullptr};
   std::atomic<bool> stopping{false}, stopped{false};
   std::thread signal_thread([&] {
     unsigned char sig = 0;
@@ -112,7 +120,12 @@ int cmd_serve(int argc, char** argv) {
     if (!server) std::_Exit(128 + sig);  // still loading: nothing to drain
     stopping.store(true);
     log_info(std::string("serve: ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ", shutting down");
-    server->shutdown(std::chrono::milliseconds(static_cast<int64_t>(shutdown_grace * 1000)));
+    const auto grace = std::chrono::milliseconds(static_cast<int64_t>(shutdown_grace * 1000));
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    server->shutdown(grace);
+    // Then the sessions in slots and RAM go to --session-dir, within what is left of the grace
+    // (at least a second, so a grace of 0 still saves small sessions).
+    live_engine.load()->shutdown(std::max(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1)));
     stopped.store(true);
   });
   signal_thread.detach();  // it may outlive an exception thrown while loading
@@ -151,6 +164,18 @@ int cmd_serve(int argc, char** argv) {
   EngineOptions engine_options;
   engine_options.max_queue = max_queue;
   engine_options.session_cache = !no_session_cache;
+  engine_options.session_memory_bytes =
+      session_memory.empty() ? std::min<size_t>(physical_memory_bytes() / 4, size_t(16) << 30)
+                             : parse_byte_size(session_memory, "serve --session-memory");
+  engine_options.session_dir = session_dir;
+  if (!session_disk.empty()) {
+    engine_options.session_disk_bytes = parse_byte_size(session_disk, "serve --session-disk");
+  } else if (!session_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(session_dir, ec);
+    auto space = std::filesystem::space(session_dir, ec);
+    if (!ec) engine_options.session_disk_bytes = space.available / 2;
+  }
   engine_options.eos_token_ids = defaults.eos_token_ids;
   engine_options.default_sampling = defaults.sampling;
   if (!scripted.empty()) engine_options.scripted_output = parse_id_list(scripted);
@@ -158,6 +183,7 @@ int cmd_serve(int argc, char** argv) {
   Engine engine(Model::load(model_path, limits), tokenizer, engine_options);
   Server server(engine, chat_template, server_options);
   int bound = server.bind(host, port);
+  live_engine.store(&engine);
   live_server.store(&server);
   // The line scripts and tests wait for.
   std::printf("ellm: serving '%s' on http://%s:%d (sequence length %lld, %lld slots)\n", served_name.c_str(),

@@ -114,6 +114,9 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
 }
 
 EngineMetrics Engine::metrics() const { return impl_->scheduler.metrics(); }
+std::vector<SessionInfo> Engine::list_sessions() { return impl_->scheduler.list_sessions(); }
+int64_t Engine::drop_sessions() { return impl_->scheduler.drop_sessions(); }
+void Engine::shutdown(std::chrono::steady_clock::time_point deadline) { impl_->scheduler.shutdown(deadline); }
 const Model& Engine::model() const { return *impl_->model; }
 const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
 

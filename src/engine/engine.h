@@ -5,6 +5,7 @@
 // stop rules and incremental detokenisation. It knows nothing of HTTP: the server submits
 // GenerateRequests and reads each request's events from its RequestStream.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -14,6 +15,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "engine/session_store.h"
 
 namespace ellm {
 
@@ -89,7 +92,11 @@ struct EngineOptions {
   int64_t max_queue = 64;  // requests waiting for a slot beyond this get QueueFull
   std::vector<int32_t> eos_token_ids;  // from generation_config.json
   SamplingParams default_sampling;     // from generation_config.json
-  bool session_cache = true;  // false: no request reuses a slot's cached prefix
+  bool session_cache = true;  // false: no request reuses cached KV, and no session is stored
+  // The session store beyond the slots (engine/session_store.h).
+  size_t session_memory_bytes = size_t(1) << 30;  // RAM tier
+  std::string session_dir;                        // disk tier; "" = off
+  size_t session_disk_bytes = size_t(64) << 30;   // disk tier
   // Testing hook: when non-empty, every request "samples" these tokens in order, then stops
   // as at eos, so output parsing can be tested end to end deterministically.
   std::vector<int32_t> scripted_output;
@@ -112,6 +119,7 @@ struct EngineMetrics {
     int64_t count = 0;
   };
   Histogram time_to_first_token, inter_token_latency, e2e_latency;
+  SessionMetrics sessions;
 };
 
 class Engine {
@@ -125,6 +133,12 @@ class Engine {
   std::shared_ptr<RequestStream> submit(GenerateRequest request);
 
   EngineMetrics metrics() const;
+  // The cached sessions of every tier (hot: in a slot), and dropping them (admin routes).
+  std::vector<SessionInfo> list_sessions();
+  int64_t drop_sessions();
+  // Stops taking requests, ends running ones ("abort"), and writes the sessions held in slots
+  // and RAM to the disk tier (--session-dir) until the deadline. Call once, before destruction.
+  void shutdown(std::chrono::steady_clock::time_point deadline);
   const Model& model() const;
   const Tokenizer& tokenizer() const;
 

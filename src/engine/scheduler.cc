@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "base/error.h"
+#include "base/hash.h"
 #include "base/log.h"
 
 namespace ellm {
@@ -106,17 +108,65 @@ Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptio
   local_metrics_.inter_token_latency = histogram(latency);
   local_metrics_.e2e_latency = histogram(latency);
   local_metrics_.kv_budget_bytes = model.limits().kv_memory_bytes;
+  if (options_.session_cache) {
+    SessionStoreOptions store;
+    std::vector<std::span<uint8_t>> probe;
+    model.kv_ranges(0, 0, 1, false, probe);
+    store.identity.n_ranges = probe.size();
+    store.identity.row_bytes = probe.empty() ? 0 : probe[0].size();
+    store.identity.fingerprint = model.fingerprint();
+    const std::string format = model.kv_format();
+    store.identity.format_hash = hash_bytes(format.data(), format.size());
+    store.memory_bytes = options_.session_memory_bytes;
+    store.dir = options_.session_dir;
+    store.disk_bytes = options_.session_disk_bytes;
+    store_ = std::make_unique<SessionStore>(std::move(store));
+  }
   metrics_ = local_metrics_;
   thread_ = std::thread([this] { loop(); });
 }
 
-Scheduler::~Scheduler() {
+Scheduler::~Scheduler() { stop_thread(); }
+
+void Scheduler::stop_thread() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::shutdown(Clock::time_point deadline) {
+  stop_thread();  // from here on this thread owns the slots
+  if (!store_) return;
+  int saved = 0;
+  for (Slot& slot : slots_) {
+    if (Clock::now() >= deadline) break;
+    if (slot.tokens.size() < size_t(SessionStore::kBlock)) continue;
+    slot.prompt_len = int64_t(slot.tokens.size());  // keep all of it: the next turn resends it
+    save(slot, 0);
+    ++saved;
+  }
+  store_->flush(deadline);
+  log_info("sessions: saved " + std::to_string(saved) + " from the slots; " +
+           std::to_string(store_->metrics().disk.sessions) + " on disk");
+}
+
+std::vector<SessionInfo> Scheduler::list_sessions() {
+  std::vector<SessionInfo> out = store_ ? store_->list() : std::vector<SessionInfo>{};
+  std::lock_guard lock(mutex_);
+  out.insert(out.end(), hot_sessions_.begin(), hot_sessions_.end());
+  return out;
+}
+
+int64_t Scheduler::drop_sessions() {
+  int64_t dropped = store_ ? store_->drop_all() : 0;
+  std::lock_guard lock(mutex_);
+  for (const SessionInfo& hot : hot_sessions_) dropped += hot.idle_seconds >= 0 ? 1 : 0;
+  drop_hot_ = true;
+  wake_.notify_one();
+  return dropped;
 }
 
 void Scheduler::enqueue(QueuedRequest request) {
@@ -142,7 +192,7 @@ void Scheduler::loop() {
   for (;;) {
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || running_ > 0; });
+      wake_.wait(lock, [&] { return stopping_ || drop_hot_ || !queue_.empty() || running_ > 0; });
       if (stopping_) break;
     }
     try {
@@ -166,7 +216,7 @@ void Scheduler::fail_running(const std::string& error) {
   for (int s = 0; s < int(active_.size()); ++s) {
     if (!active_[s]) continue;
     try {
-      evict(slots_[s], model_);
+      forget(slots_[s]);
     } catch (const std::exception&) {  // the session is forgotten; its pages stay counted
     }
     try {
@@ -177,6 +227,14 @@ void Scheduler::fail_running(const std::string& error) {
 }
 
 void Scheduler::step() {
+  bool drop_hot = false;
+  {
+    std::lock_guard lock(mutex_);
+    std::swap(drop_hot, drop_hot_);
+  }
+  if (drop_hot)
+    for (Slot& slot : slots_)
+      if (!slot.busy) forget(slot);
   drop_cancelled();
   admit();
   build_pass();
@@ -210,24 +268,114 @@ void Scheduler::admit() {
   }
 }
 
+// Copies a slot's session to the store when a client would send enough of it again (its prompt
+// tokens beyond the `keep` positions that stay), before the slot's KV is overwritten.
+void Scheduler::save(const Slot& slot, int64_t keep) {
+  if (!store_ || !worth_saving(slot, keep)) return;
+  kv_from_.clear();
+  model_.kv_ranges(slot.index, 0, int64_t(slot.tokens.size()), false, kv_from_);
+  kv_out_.assign(kv_from_.begin(), kv_from_.end());
+  store_->put(slot.tokens, kv_out_);
+}
+
+// Drops a slot's session (its KV may be half written, or it is saved already) and gives its
+// KV pages back.
+void Scheduler::forget(Slot& slot) {
+  slot.tokens.clear();  // first: if releasing fails, no request may reuse this KV
+  slot.prompt_len = 0;
+  if (slot.kv_high > 0) model_.release_kv(slot.index, 0);
+  slot.kv_high = 0;
+}
+
+void Scheduler::evict(Slot& slot) {
+  save(slot, 0);
+  forget(slot);
+}
+
+// Evicts idle sessions other than `chosen` and `keep` (a restore's source), least recently used
+// first, to the store, until `need` more positions fit under the KV budget.
+bool Scheduler::make_room(int chosen, int keep, int64_t need) {
+  while (committed_positions(slots_, chosen) + need > budget_positions_) {
+    Slot* victim = nullptr;
+    for (Slot& slot : slots_)
+      if (!slot.busy && slot.index != chosen && slot.index != keep && slot.kv_high > 0 &&
+          (!victim || slot.last_used < victim->last_used))
+        victim = &slot;
+    if (!victim) return false;
+    evict(*victim);
+  }
+  return true;
+}
+
+// Copies the first `reuse` positions of KV into the slot from another slot (source >= 0) or from
+// the store. Returns the positions restored (0 when a stored file failed its checks).
+int64_t Scheduler::restore_into(Slot& slot, int source, const StoredMatch& stored, int64_t reuse) {
+  const auto start = Clock::now();
+  const double per_token = double(model_.kv_bytes_per_token());
+  int64_t restored = 0, written = 0;
+  const char* from = "slot";
+  if (source >= 0) {
+    kv_from_.clear();
+    kv_to_.clear();
+    model_.kv_ranges(source, 0, reuse, false, kv_from_);
+    model_.kv_ranges(slot.index, 0, reuse, true, kv_to_);
+    for (size_t r = 0; r < kv_to_.size(); ++r) std::memcpy(kv_to_[r].data(), kv_from_[r].data(), kv_to_[r].size());
+    restored = written = reuse;
+    store_->count_hot_hit(reuse, int64_t(reuse * per_token), seconds_between(start, Clock::now()));
+  } else {
+    from = tier_name(stored.tier);
+    restored = store_->restore(stored, sequence_length_, [&](int64_t end, std::vector<std::span<uint8_t>>& out) {
+      written = end;
+      model_.kv_ranges(slot.index, 0, end, true, out);
+    });
+  }
+  slot.kv_high = std::max(slot.kv_high, written);
+  const double seconds = seconds_between(start, Clock::now());
+  if (restored > 0) {
+    char line[160];
+    std::snprintf(line, sizeof line, "sessions: restored %lld tokens from %s into slot %d in %.1f ms (%.2f GB/s)",
+                  static_cast<long long>(restored), from, slot.index, seconds * 1e3,
+                  double(written) * per_token / std::max(seconds, 1e-9) / 1e9);
+    log_info(line);
+  }
+  return restored;
+}
+
 // Gives the request a slot, or ends it when the KV budget can never hold it. Returns false when
 // it must wait (no idle slot, or running requests hold the budget it needs).
+//
+// Its KV comes from the longest prefix held anywhere: a slot (idle or busy) or the store. The
+// slot it takes is the one that costs least to take; the session that slot held is saved to
+// the store first when its client would resend it. So no session is destroyed to reuse
+// another's shorter prefix, and N conversations sharing a system prompt compute it once.
 bool Scheduler::place(QueuedRequest& queued) {
   const auto& prompt = queued.request.prompt;
   const bool use_cache = options_.session_cache && queued.request.use_session_cache;
-  SlotChoice choice = choose_slot(slots_, prompt, use_cache);
-  if (choice.slot < 0) return false;
-  Slot& slot = slots_[choice.slot];
+  const int64_t reusable = int64_t(prompt.size()) - 1;  // the last token is computed for its logits
+  SlotMatch hot = use_cache ? best_slot_match(slots_, prompt, reusable) : SlotMatch{};
+  StoredMatch stored = use_cache && store_ ? store_->find(prompt, reusable) : StoredMatch{};
+  const bool from_store = stored.tokens > hot.tokens;
+  const int source = from_store ? -1 : hot.slot;
+  int64_t reuse = from_store ? stored.tokens : hot.tokens;
+  const int target = choose_slot(slots_, source, reuse);
+  if (target < 0) return false;
+  Slot& slot = slots_[target];
+  const bool in_place = target == source;
 
-  // Committed KV: evict idle sessions (LRU) before refusing anyone.
+  // Its session leaves the slot: to the store first if worth it, and its tokens no longer
+  // describe the KV from the first position the request rewrites.
+  save(slot, in_place ? reuse : 0);
+  slot.tokens.resize(in_place ? reuse : 0);
+  slot.prompt_len = std::min<int64_t>(slot.prompt_len, int64_t(slot.tokens.size()));
+
+  // Committed KV: evict idle sessions (LRU, to the store) before refusing anyone.
   const int64_t reserve = int64_t(prompt.size()) + queued.max_new;
-  if (!make_room(slots_, model_, slot.index, std::max(reserve, slot.kv_high), budget_positions_)) {
+  if (!make_room(slot.index, source, std::max(reserve, slot.kv_high))) {
     if (slot.kv_high > reserve) {
-      slot.tokens.resize(std::min<size_t>(slot.tokens.size(), reserve));
       model_.release_kv(slot.index, reserve);
       slot.kv_high = reserve;
     }
-    if (!make_room(slots_, model_, slot.index, reserve, budget_positions_)) {
+    if (!make_room(slot.index, source, reserve)) {
       if (running_ > 0) return false;  // running requests will give their reservations back
       const double per_token = double(model_.kv_bytes_per_token());
       queued.stream->push(end_event(
@@ -236,18 +384,31 @@ bool Scheduler::place(QueuedRequest& queued) {
       return true;
     }
   }
+  // A stored session may vanish before it is read (another server replaced its file): then the
+  // next best one is tried.
+  for (int attempt = 0; !in_place && reuse > 0; ++attempt) {
+    int64_t restored = restore_into(slot, source, stored, reuse);
+    if (restored > 0 || source >= 0 || attempt == 2) {
+      reuse = restored;
+      break;
+    }
+    stored = store_->find(prompt, reusable);
+    reuse = stored.tokens;
+  }
+  if (in_place && reuse > 0) store_->count_hot_hit(reuse, 0, 0);
+  slot.tokens.assign(prompt.begin(), prompt.begin() + reuse);
 
   const int64_t n_prompt = int64_t(prompt.size());
   samplers_[slot.index].start(queued.request.sampling, prompt);
-  active_[slot.index] = std::make_unique<ActiveRequest>(tokenizer_, std::move(queued), choice.reuse);
-  slot.tokens.resize(choice.reuse);
+  active_[slot.index] = std::make_unique<ActiveRequest>(tokenizer_, std::move(queued), reuse);
+  slot.prompt_len = n_prompt;
   slot.busy = true;
   slot.reserved = reserve;
   slot.last_used = ++clock_;
   --idle_slots_;
   ++running_;
   local_metrics_.prompt_tokens_total += n_prompt;
-  local_metrics_.cached_tokens_total += choice.reuse;
+  local_metrics_.cached_tokens_total += reuse;
   return true;
 }
 
@@ -291,7 +452,7 @@ void Scheduler::run_pass() {
     // The KV these tokens were writing cannot be trusted: drop those sessions.
     for (const PassPart& part : parts_) {
       try {
-        evict(slots_[part.slot], model_);
+        forget(slots_[part.slot]);
       } catch (const std::exception&) {  // the session is forgotten; its pages stay counted
       }
       finish(part.slot, "error", std::string("model forward failed: ") + e.what());
@@ -400,6 +561,8 @@ void Scheduler::abort_all(const std::string& reason, const std::string& error) {
 
 void Scheduler::publish_metrics() {
   local_metrics_.requests_running = running_;
+  std::vector<SessionInfo> hot;
+  bool hot_changed = false;
   // Measuring residency walks the page tables: a few times a second, and whenever all is idle.
   const auto now = Clock::now();
   if (running_ == 0 || now - last_kv_measure_ > std::chrono::milliseconds(250)) {
@@ -408,10 +571,27 @@ void Scheduler::publish_metrics() {
     } catch (const std::exception&) {  // a gauge: keep the last value
     }
     last_kv_measure_ = now;
+    if (store_) local_metrics_.sessions = store_->metrics();
+    local_metrics_.sessions.hot.sessions = local_metrics_.sessions.hot.bytes = 0;
+    hot.clear();
+    for (const Slot& slot : slots_) {
+      if (slot.tokens.empty()) continue;
+      local_metrics_.sessions.hot.sessions++;
+      local_metrics_.sessions.hot.bytes += int64_t(slot.tokens.size() * model_.kv_bytes_per_token());
+      SessionInfo info;
+      info.id = "slot-" + std::to_string(slot.index);
+      info.tier = SessionTier::hot;
+      info.tokens = int64_t(slot.tokens.size());
+      info.bytes = int64_t(slot.tokens.size() * model_.kv_bytes_per_token());
+      info.idle_seconds = slot.busy ? -1 : 0;
+      hot.push_back(std::move(info));
+    }
+    hot_changed = true;
   }
   std::lock_guard lock(mutex_);
   local_metrics_.requests_waiting = int64_t(queue_.size());
   metrics_ = local_metrics_;
+  if (hot_changed) hot_sessions_.swap(hot);
 }
 
 }  // namespace ellm

@@ -14,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "engine/sampling.h"
+#include "engine/session_store.h"
 #include "engine/slots.h"
 #include "engine/stop.h"
 #include "model/model.h"
@@ -51,6 +52,11 @@ class Scheduler {
   // Queues a validated request; throws QueueFull beyond max_queue waiting requests.
   void enqueue(QueuedRequest request);
   EngineMetrics metrics() const;
+  std::vector<SessionInfo> list_sessions();
+  int64_t drop_sessions();
+  // Stops the loop (running and queued requests end with "abort"), then writes the sessions in
+  // slots and in RAM to the disk tier until the deadline. The scheduler takes no requests after.
+  void shutdown(Clock::time_point deadline);
 
  private:
   struct PassPart {  // one slot's share of a pass
@@ -64,6 +70,12 @@ class Scheduler {
   void drop_cancelled();
   void admit();
   bool place(QueuedRequest& queued);
+  int64_t restore_into(Slot& slot, int source, const StoredMatch& stored, int64_t reuse);
+  void save(const Slot& slot, int64_t keep);
+  void forget(Slot& slot);
+  void evict(Slot& slot);
+  bool make_room(int chosen, int keep, int64_t need);
+  void stop_thread();
   void build_pass();
   void run_pass();
   void on_logits(int slot, std::span<const float> logits);
@@ -85,6 +97,9 @@ class Scheduler {
   std::vector<BatchToken> batch_;
   std::vector<PassPart> parts_;
   std::vector<float> logits_;  // [batch_size][vocab]
+  std::unique_ptr<SessionStore> store_;  // null without the session cache
+  std::vector<std::span<uint8_t>> kv_from_, kv_to_;
+  std::vector<std::span<const uint8_t>> kv_out_;
   uint64_t clock_ = 0;
   int running_ = 0;
   EngineMetrics local_metrics_;
@@ -96,7 +111,9 @@ class Scheduler {
   std::deque<QueuedRequest> queue_;
   int idle_slots_ = 0;
   bool stopping_ = false;
+  bool drop_hot_ = false;
   EngineMetrics metrics_;
+  std::vector<SessionInfo> hot_sessions_;
 
   std::thread thread_;
 };

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "model/model.h"
-
 namespace ellm {
 
 size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
@@ -12,19 +10,43 @@ size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
   return i;
 }
 
-SlotChoice choose_slot(std::span<const Slot> slots, std::span<const int32_t> prompt,
-                       bool use_cache) {
-  SlotChoice best;
-  uint64_t best_used = 0;
-  const int64_t reusable = int64_t(prompt.size()) - 1;
+SlotMatch best_slot_match(std::span<const Slot> slots, std::span<const int32_t> prompt,
+                          int64_t max_tokens) {
+  SlotMatch best;
+  for (const Slot& slot : slots) {
+    int64_t n = std::min<int64_t>(common_prefix(slot.tokens, prompt), max_tokens);
+    // Among equals an idle slot wins: the request may then take it without copying.
+    bool better = n > best.tokens || (n == best.tokens && n > 0 && !slot.busy && slots[best.slot].busy);
+    if (better) best = {slot.index, n};
+  }
+  return best;
+}
+
+int64_t tokens_lost(const Slot& slot, int64_t keep) {
+  return std::max<int64_t>(0, std::min<int64_t>(slot.prompt_len, int64_t(slot.tokens.size())) - keep);
+}
+
+bool worth_saving(const Slot& slot, int64_t keep) {
+  const int64_t lost = tokens_lost(slot, keep);
+  return lost > 0 && lost >= std::max<int64_t>(8, int64_t(slot.tokens.size()) / 256);
+}
+
+int choose_slot(std::span<const Slot> slots, int source, int64_t reuse) {
+  int best = -1;
+  int64_t best_cost = 0;
   for (const Slot& slot : slots) {
     if (slot.busy) continue;
-    int64_t reuse = use_cache ? std::min<int64_t>(common_prefix(slot.tokens, prompt), reusable) : 0;
-    bool better = best.slot < 0 || reuse > best.reuse ||
-                  (reuse == best.reuse && slot.last_used < best_used);
+    const int64_t n = int64_t(slot.tokens.size());
+    int64_t cost;
+    if (slot.index == source)
+      cost = worth_saving(slot, reuse) ? n : 0;
+    else
+      cost = reuse + (worth_saving(slot, 0) ? n : 0);
+    bool better = best < 0 || cost < best_cost ||
+                  (cost == best_cost && slot.last_used < slots[best].last_used);
     if (better) {
-      best = {slot.index, reuse};
-      best_used = slot.last_used;
+      best = slot.index;
+      best_cost = cost;
     }
   }
   return best;
@@ -33,27 +55,9 @@ SlotChoice choose_slot(std::span<const Slot> slots, std::span<const int32_t> pro
 int64_t committed_positions(std::span<const Slot> slots, int except) {
   int64_t total = 0;
   for (const Slot& slot : slots)
-    if (slot.index != except) total += std::max(slot.kv_high, slot.busy ? slot.reserved : 0);
+    if (slot.index != except)
+      total += std::max(slot.kv_high, slot.busy ? slot.reserved : 0);
   return total;
-}
-
-void evict(Slot& slot, Model& model) {
-  slot.tokens.clear();  // first: if releasing fails, no request may reuse this KV
-  if (slot.kv_high > 0) model.release_kv(slot.index, 0);
-  slot.kv_high = 0;
-}
-
-bool make_room(std::span<Slot> slots, Model& model, int chosen, int64_t need, int64_t budget) {
-  while (committed_positions(slots, chosen) + need > budget) {
-    Slot* victim = nullptr;
-    for (Slot& slot : slots)
-      if (!slot.busy && slot.index != chosen && slot.kv_high > 0 &&
-          (!victim || slot.last_used < victim->last_used))
-        victim = &slot;
-    if (!victim) return false;
-    evict(*victim, model);
-  }
-  return true;
 }
 
 }  // namespace ellm

@@ -169,7 +169,9 @@ void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& sha
     kernels.all_heads(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, it.heads,
                       group, per_head, first_end, seq.k + it.kv_head * hd, seq.v + it.kv_head * hd,
                       shape.kv_row_stride, it.p0, it.p1, hd, shape.scale, m, l, acc, s);
-    amx::clear_attention_cache(s);  // it wrote over the AMX block's cache tag (harmless elsewhere)
+    // It wrote over the AMX block's cache tag. Only on AMX: that tier's file is compiled for
+    // AVX-512, so even its fill may not run elsewhere.
+    if (active_isa() == Isa::amx) amx::clear_attention_cache(s);
   }
   else if (it.heads == 1)  // one call for the whole range: the kernel prepares q once
     kernels.block(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, group, per_head,
@@ -267,7 +269,7 @@ void attention(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& s
   float* work = scratch + kHeaderFloats + member * plan.work_floats;
   float* partials = scratch + kHeaderFloats + n_members * plan.work_floats;
   // The K/V an AMX block packed in an earlier pass (another layer or sequence) is stale.
-  amx::clear_attention_cache(work + 2 * plan.max_rows + plan.acc_rows * shape.head_dim);
+  if (isa == Isa::amx) amx::clear_attention_cache(work + 2 * plan.max_rows + plan.acc_rows * shape.head_dim);
 
   int64_t total = 0;
   for_each_item(seqs, n_seqs, shape, plan, splitting, [&](const Item& it) { total += item_cost(it); });

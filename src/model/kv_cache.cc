@@ -39,6 +39,14 @@ void KvCache::commit(int64_t slot, int64_t end_position, ThreadTeam& team) {
   committed_[slot] = to;
 }
 
+void KvCache::ranges(int64_t slot, int64_t begin, int64_t end,
+                     std::vector<std::span<uint8_t>>& out) const {
+  for (const VirtualRegion& region : layers_)
+    for (int kv = 0; kv < 2; ++kv)
+      out.emplace_back(region.data() + slot_offset(slot, kv) + size_t(begin) * row_bytes(),
+                       size_t(end - begin) * row_bytes());
+}
+
 void KvCache::release(int64_t slot, int64_t from_position) {
   if (from_position >= max_positions_) return;
   from_position = std::max<int64_t>(from_position, 0);

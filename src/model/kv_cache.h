@@ -9,6 +9,7 @@
 // commits in 2 MiB huge pages. Pages commit as positions are written; a huge sequence_length
 // costs address space only.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "base/memory.h"
@@ -38,6 +39,8 @@ class KvCache {
   // huge page) before a pass writes them: one system call per layer and K/V, split over the
   // team, instead of a page fault per page. Positions already committed cost nothing.
   void commit(int64_t slot, int64_t end_position, ThreadTeam& team);
+  // Appends the byte ranges of a slot's positions [begin, end): per layer K, then V.
+  void ranges(int64_t slot, int64_t begin, int64_t end, std::vector<std::span<uint8_t>>& out) const;
   // Returns the pages of a slot's positions [from_position, max_positions) to the OS.
   void release(int64_t slot, int64_t from_position);
   size_t resident_bytes() const;

@@ -63,6 +63,17 @@ class Model {
   virtual size_t kv_bytes_per_token() const = 0;
   virtual size_t weight_bytes() const = 0;
 
+  // A slot's KV for positions [begin, end) as the byte ranges holding it: for each layer its K
+  // rows, then its V rows. Sessions are copied in and out of slots through these; every slot
+  // gives ranges of the same sizes in the same order. for_write commits the pages first and
+  // counts the positions as written.
+  virtual void kv_ranges(int slot, int64_t begin, int64_t end, bool for_write,
+                         std::vector<std::span<uint8_t>>& out) = 0;
+  // What a KV row holds (dtype, layout version, shape): KV copied from a model with another
+  // description, or another fingerprint, must never be restored into this one.
+  virtual std::string kv_format() const = 0;
+  virtual uint64_t fingerprint() const = 0;  // of the config and the weights, taken at load
+
   // Bytes of MoE expert weights the passes so far have read (0 for dense models); benchmarks
   // divide its growth by the tokens of a pass.
   virtual uint64_t expert_bytes_read() const { return 0; }

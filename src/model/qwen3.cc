@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "model/fingerprint.h"
 
 namespace ellm {
 namespace {
@@ -38,6 +39,7 @@ Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
       team_(limits_.threads) {
   auto start = std::chrono::steady_clock::now();
   weights_ = load_weights(model_dir, config_, active_isa());
+  fingerprint_ = model_fingerprint(model_dir);
   kv_ = KvCache(config_.num_hidden_layers, limits_.batch_size, config_.num_key_value_heads,
                 limits_.sequence_length, config_.head_dim);
 
@@ -284,6 +286,25 @@ void Qwen3Model::lm_head(std::span<const BatchToken> tokens, float* logits) {
     }
   });
   gemm(Op::lm_head, act_.xb, n_want, H, weights_.lm_head, logits, V, false);
+}
+
+void Qwen3Model::kv_ranges(int slot, int64_t begin, int64_t end, bool for_write,
+                           std::vector<std::span<uint8_t>>& out) {
+  if (slot < 0 || slot >= limits_.batch_size || begin < 0 || begin > end || end > limits_.sequence_length)
+    fail("kv_ranges", "slot " + std::to_string(slot) + " positions [" + std::to_string(begin) + ", " +
+                          std::to_string(end) + ") are outside the KV cache");
+  if (for_write && end > 0) {
+    kv_.commit(slot, end, team_);
+    kv_.note_written(slot, end);
+  }
+  kv_.ranges(slot, begin, end, out);
+}
+
+// Bump the version whenever the KV rows' meaning changes (dtype, RoPE, row layout).
+std::string Qwen3Model::kv_format() const {
+  return "qwen3-kv v1 f16 layers=" + std::to_string(config_.num_hidden_layers) +
+         " kv_heads=" + std::to_string(config_.num_key_value_heads) +
+         " head_dim=" + std::to_string(config_.head_dim) + " rope_theta=" + std::to_string(config_.rope_theta);
 }
 
 void Qwen3Model::release_kv(int slot, int64_t from_position) {

@@ -62,6 +62,10 @@ class Qwen3Model final : public Model {
   size_t kv_resident_bytes() const override { return kv_.resident_bytes(); }
   size_t kv_bytes_per_token() const override { return kv_.bytes_per_token(); }
   size_t weight_bytes() const override { return weights_.bytes; }
+  void kv_ranges(int slot, int64_t begin, int64_t end, bool for_write,
+                 std::vector<std::span<uint8_t>>& out) override;
+  std::string kv_format() const override;
+  uint64_t fingerprint() const override { return fingerprint_; }
   uint64_t expert_bytes_read() const override { return expert_bytes_read_.load(); }
   size_t expert_weight_bytes() const override { return weights_.expert_bytes; }
   int64_t solo_switches() const override { return team_.solo_switches(); }
@@ -109,6 +113,7 @@ class Qwen3Model final : public Model {
   std::atomic<uint64_t> expert_bytes_read_{0};
   alignas(64) std::atomic<int64_t> matmul_pool_{0};  // its own cache line: both members add to it
   OpProfiler profiler_;
+  uint64_t fingerprint_ = 0;
 };
 
 }  // namespace ellm

@@ -63,6 +63,23 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, co
   scalar("ellm:requests_finished_total", "counter", "Requests finished (any reason).", m.requests_finished_total);
   scalar("ellm:kv_cache_resident_bytes", "gauge", "KV cache memory committed in RAM.", static_cast<double>(m.kv_resident_bytes));
   scalar("ellm:kv_cache_budget_bytes", "gauge", "KV cache memory budget (--kv-memory).", static_cast<double>(m.kv_budget_bytes));
+  const std::pair<const char*, const SessionTierMetrics*> tiers[] = {
+      {"hot", &m.sessions.hot}, {"ram", &m.sessions.ram}, {"disk", &m.sessions.disk}};
+  auto per_tier = [&](const char* name, const char* type, const char* help, auto field) {
+    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+    for (const auto& [tier, t] : tiers)
+      out << name << '{' << label << ",tier=\"" << tier << "\"} " << number(double(field(*t))) << '\n';
+  };
+  using T = SessionTierMetrics;
+  per_tier("ellm:session_hits_total", "counter", "Requests whose prompt prefix was restored from this tier (hot: a slot).", [](const T& t) { return t.hits; });
+  per_tier("ellm:session_hit_tokens_total", "counter", "Prompt tokens served from this tier.", [](const T& t) { return t.tokens; });
+  per_tier("ellm:session_restored_bytes_total", "counter", "KV bytes copied from this tier into slots.", [](const T& t) { return t.bytes_in; });
+  per_tier("ellm:session_stored_bytes_total", "counter", "KV bytes copied into this tier.", [](const T& t) { return t.bytes_out; });
+  per_tier("ellm:session_restore_seconds_total", "counter", "Seconds spent restoring from this tier.", [](const T& t) { return t.restore_seconds; });
+  per_tier("ellm:session_evictions_total", "counter", "Sessions this tier's budget pushed out (to the next tier or dropped).", [](const T& t) { return t.evictions; });
+  per_tier("ellm:session_failures_total", "counter", "Failed session writes or restores (the session is dropped; serving goes on).", [](const T& t) { return t.failures; });
+  per_tier("ellm:sessions", "gauge", "Sessions held in this tier.", [](const T& t) { return t.sessions; });
+  per_tier("ellm:session_bytes", "gauge", "KV bytes held in this tier.", [](const T& t) { return t.bytes; });
   histogram("ellm:time_to_first_token_seconds", "Time from arrival to the first generated token.", m.time_to_first_token);
   histogram("ellm:inter_token_latency_seconds", "Time between consecutive generated tokens.", m.inter_token_latency);
   histogram("ellm:e2e_request_latency_seconds", "Time from arrival to the last token.", m.e2e_latency);

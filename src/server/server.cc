@@ -122,6 +122,17 @@ Server::Impl::Impl(Engine& engine, const ChatTemplate& chat_template, ServerOpti
   http.Get("/v1/models", guarded(&Impl::models));
   http.Post("/tokenize", guarded(&Impl::tokenize));
   http.Post("/detokenize", guarded(&Impl::detokenize));
+  // Admin: the cached sessions of every tier, and dropping them (behind the API key, as /v1).
+  http.Get("/v1/sessions", [this](const httplib::Request&, httplib::Response& res) {
+    json data = json::array();
+    for (const SessionInfo& s : this->engine.list_sessions())
+      data.push_back({{"id", s.id}, {"tier", tier_name(s.tier)}, {"tokens", s.tokens}, {"bytes", s.bytes},
+                      {"idle_seconds", s.idle_seconds < 0 ? json(nullptr) : json(s.idle_seconds)}});
+    send_json(res, 200, {{"object", "list"}, {"data", data}});
+  });
+  http.Delete("/v1/sessions", [this](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, {{"dropped", this->engine.drop_sessions()}});
+  });
   http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(prometheus_text(this->engine.metrics(), counters, options.model_name), "text/plain; version=0.0.4");

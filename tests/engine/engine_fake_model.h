@@ -88,6 +88,16 @@ class FakeModel : public Model {
   }
   size_t kv_bytes_per_token() const override { return kBytesPerToken; }
   size_t weight_bytes() const override { return 0; }
+  // One range per slot: the tokens its "KV" holds, so a session restored wrongly changes output.
+  void kv_ranges(int slot, int64_t begin, int64_t end, bool for_write,
+                 std::vector<std::span<uint8_t>>& out) override {
+    if (slot < 0 || slot >= limits_.batch_size || begin < 0 || begin > end || end > limits_.sequence_length)
+      fail("fake", "kv_ranges outside the cache");
+    out.emplace_back(reinterpret_cast<uint8_t*>(kv_[slot].data() + begin), size_t(end - begin) * sizeof(int32_t));
+  }
+  std::string kv_format() const override { return "fake-kv v1"; }
+  uint64_t fingerprint() const override { return fingerprint_; }
+  uint64_t fingerprint_ = 42;
 
   // Observations for tests (read after the engine went quiet).
   int64_t tokens_fed() const { return tokens_fed_.load(); }
