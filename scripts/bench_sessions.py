@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""The session store under many agents: N conversations share one system prompt with tool
+definitions and take round-robin turns on a server with fewer slots than conversations, each
+resending its whole history as OpenAI clients do. Prints figures; asserts nothing.
+
+For N = 16 and 64 on 4 slots (by default), it reports:
+  - reuse: prompt tokens served from the store / reusable prompt tokens (the previous turn's
+    prompt, or the shared system prompt on a conversation's first turn), and prompt tokens
+    computed against the ideal (only what is new in each turn);
+  - turn-k TTFT p50/p95 against a single conversation run alone;
+  - restore throughput from RAM and disk (from /metrics), against a memcpy and a sequential
+    file read of the same size measured here;
+  - the same workload with --no-session-cache;
+  - a restart with --session-dir: the share of first turns served from disk.
+
+    python3 scripts/bench_sessions.py [--model-path DIR | --preset tiny] [--conversations 16,64]
+Standard library only; starts and stops its own servers on 127.0.0.1.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+WORDS = ("the of and to in is was for on are with as by at from this that be or an file path "
+         "function return value error test build run fix change line code class module").split()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, binary, model, slots, extra):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        args = [binary, "serve", "--model-path", model, "--host", "127.0.0.1", "--port", str(self.port),
+                "--batch-size", str(slots), "--sequence-length", "16384", *extra]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if "serving" not in self.proc.stdout.readline():
+            raise SystemExit("the server did not start: " + " ".join(args))
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=120)
+
+    def metrics(self):
+        return urllib.request.urlopen(self.base + "/metrics").read().decode()
+
+
+def tier_metric(text, name, tier):
+    m = re.search(r"^" + re.escape(name) + r'\{[^}]*tier="' + tier + r'"\} (\S+)$', text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def turn(server, messages, max_tokens):
+    """One streamed chat turn; returns (ttft seconds, reply text, usage)."""
+    body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}, "chat_template_kwargs": {"enable_thinking": False}}
+    req = urllib.request.Request(server.base + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    start, first, text, usage = time.monotonic(), None, [], {}
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for raw in r:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            usage = chunk.get("usage") or usage
+            for c in chunk.get("choices", []):
+                if first is None and (c["delta"].get("content") or c["delta"].get("reasoning_content")):
+                    first = time.monotonic() - start
+                text.append(c["delta"].get("content") or "")
+    return first if first is not None else time.monotonic() - start, "".join(text), usage
+
+
+def system_prompt(rng, tokens):
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": " ".join(rng.choice(WORDS) for _ in range(30)),
+                                               "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}
+             for i in range(8)]
+    text = "You are a coding agent with these tools:\n" + json.dumps(tools) + "\n"
+    return text + " ".join(rng.choice(WORDS) for _ in range(max(0, tokens - len(text) // 3)))
+
+
+def workload(server, n, turns, system, seed, conversations=None, resumed=False):
+    """Round-robin turns of n conversations (new ones, or those given, which go on). Returns
+    per-request records; the conversations grow in place."""
+    rng = random.Random(seed)
+    if conversations is None:
+        conversations = [[{"role": "system", "content": system}] for _ in range(n)]
+    last_prompt = [0] * n
+    records = []
+    system_tokens = None
+    for k in range(turns):
+        for i, messages in enumerate(conversations):
+            messages.append({"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(50, 300)))})
+            ttft, reply, usage = turn(server, messages, rng.randint(20, 100))
+            messages.append({"role": "assistant", "content": reply})
+            prompt, cached = usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
+            if system_tokens is None:  # the first request: the system prompt's share of it
+                system_tokens = prompt - 320
+            reusable = last_prompt[i] if k > 0 else (system_tokens if records else 0)
+            if resumed and k == 0:  # everything but the new message and the re-rendered reply
+                reusable = prompt - 400
+            records.append({"turn": k, "ttft": ttft, "prompt": prompt, "cached": cached, "reusable": reusable})
+            last_prompt[i] = prompt
+    return records
+
+
+def summarize(label, records):
+    reusable = sum(r["reusable"] for r in records)
+    served = sum(min(r["cached"], r["reusable"]) for r in records)
+    computed = sum(r["prompt"] - r["cached"] for r in records)
+    ideal = sum(r["prompt"] - r["reusable"] for r in records)
+    later = [r["ttft"] for r in records if r["turn"] > 0]
+    p50 = statistics.median(later) if later else 0
+    p95 = sorted(later)[int(0.95 * (len(later) - 1))] if later else 0
+    print(f"{label:<34} reuse {100 * served / max(reusable, 1):6.2f}%  computed {computed:>8} tokens "
+          f"(ideal {ideal:>8}, x{computed / max(ideal, 1):.2f})  turn>1 TTFT p50 {p50 * 1e3:7.1f} ms p95 {p95 * 1e3:7.1f} ms")
+    return p50
+
+
+def memcpy_gbps(size):
+    src = bytearray(os.urandom(1 << 20)) * (size >> 20)
+    best = 0
+    for _ in range(3):
+        t = time.perf_counter()
+        dst = bytes(src)
+        best = max(best, size / (time.perf_counter() - t) / 1e9)
+        del dst
+    return best
+
+
+def sequential_read_gbps(directory, size):
+    path = os.path.join(directory, "read-probe")
+    with open(path, "wb") as f:
+        f.write(os.urandom(1 << 20) * (size >> 20))
+        f.flush()
+        os.fsync(f.fileno())
+    buf = bytearray(8 << 20)
+    best = 0
+    for _ in range(3):
+        t = time.perf_counter()
+        with open(path, "rb", buffering=0) as f:
+            while f.readinto(buf):
+                pass
+        best = max(best, size / (time.perf_counter() - t) / 1e9)
+    os.remove(path)
+    return best
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--binary", default=os.path.join(ROOT, "build", "ellm"))
+    p.add_argument("--model-path", help="model folder (default: make one with --preset)")
+    p.add_argument("--preset", default="tiny")
+    p.add_argument("--layers", type=int, default=0)
+    p.add_argument("--conversations", default="16,64")
+    p.add_argument("--slots", type=int, default=4)
+    p.add_argument("--turns", type=int, default=8)
+    p.add_argument("--system-tokens", type=int, default=1500)
+    p.add_argument("--session-memory", default="64M", help="RAM tier; small, so the disk tier is used too")
+    args = p.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="ellm-bench-sessions-")
+    try:
+        model = args.model_path
+        if not model:
+            model = os.path.join(tmp, "model")
+            cmd = [args.binary, "make-model", "--preset", args.preset, "--out", model]
+            if args.layers:
+                cmd += ["--layers", str(args.layers)]
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        system = system_prompt(random.Random(1), args.system_tokens)
+        print(f"model {model}, {args.slots} slots, {args.turns} turns, system prompt ~{args.system_tokens} tokens, "
+              f"user 50-300 tokens, replies 20-100 tokens, --session-memory {args.session_memory}")
+
+        server = Server(args.binary, model, args.slots, [])
+        single = summarize("1 conversation", workload(server, 1, args.turns, system, 7))
+        server.stop()
+
+        for n in [int(x) for x in args.conversations.split(",")]:
+            session_dir = os.path.join(tmp, f"sessions-{n}")
+            flags = ["--session-dir", session_dir, "--session-memory", args.session_memory, "--shutdown-grace", "60"]
+            server = Server(args.binary, model, args.slots, flags)
+            conversations = [[{"role": "system", "content": system}] for _ in range(n)]
+            p50 = summarize(f"{n} conversations", workload(server, n, args.turns, system, n, conversations))
+            print(f"{'':<34} turn>1 TTFT p50 / single conversation: {p50 / max(single, 1e-9):.2f}x")
+            text = server.metrics()
+            for tier in ("ram", "disk"):
+                restored = tier_metric(text, "ellm:session_restored_bytes_total", tier)
+                seconds = tier_metric(text, "ellm:session_restore_seconds_total", tier)
+                hits = tier_metric(text, "ellm:session_hits_total", tier)
+                if hits:
+                    size = max(64 << 20, int(restored / hits) >> 20 << 20)
+                    limit = memcpy_gbps(size) if tier == "ram" else sequential_read_gbps(tmp, size)
+                    rate = restored / max(seconds, 1e-9) / 1e9
+                    print(f"{'':<34} restore from {tier}: {int(hits)} restores, {restored / 1e6:.1f} MB, {rate:.2f} GB/s "
+                          f"= {100 * rate / limit:.0f}% of {'memcpy' if tier == 'ram' else 'sequential read'} {limit:.2f} GB/s")
+            server.stop()
+
+            # After a restart, the next turn of every conversation should come from disk.
+            server = Server(args.binary, model, args.slots, flags)
+            restart = workload(server, n, 1, system, n + 1, conversations, resumed=True)
+            text = server.metrics()
+            server.stop()
+            served = sum(1 for r in restart if r["cached"] >= r["prompt"] - 400)
+            print(f"{'':<34} after a restart: {served}/{len(restart)} next turns served from disk "
+                  f"({int(tier_metric(text, 'ellm:session_hits_total', 'disk'))} disk restores)")
+
+            server = Server(args.binary, model, args.slots, ["--no-session-cache"])
+            summarize(f"{n} conversations, no session cache", workload(server, n, args.turns, system, n))
+            server.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

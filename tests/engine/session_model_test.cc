@@ -1,0 +1,127 @@
+// The session store on the real tiny models, on every tier this machine has: output computed
+// from KV restored from RAM, from disk, or copied from another conversation's shared prefix is
+// identical to output computed from scratch, greedy and with a fixed seed.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "base/cpu.h"
+#include "engine/engine.h"
+#include "engine_test_util.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
+
+namespace ellm {
+namespace {
+
+namespace fs = std::filesystem;
+const std::vector<int32_t> kEos = {151645, 151643};
+
+std::unique_ptr<Engine> make_engine(const std::string& model, int64_t slots, EngineOptions options) {
+  ServingLimits limits;
+  limits.sequence_length = 1024;
+  limits.batch_size = slots;
+  limits.threads = 1;
+  options.eos_token_ids = kEos;
+  return std::make_unique<Engine>(Model::load(ELLM_SHARED "/models/" + model, limits), test_tokenizer(), options);
+}
+
+std::vector<int32_t> encode(const std::string& text) { return test_tokenizer()->encode(text); }
+
+struct Case {
+  std::string model;
+  std::string tier;  // where restores come from: "ram" or "disk"
+};
+
+class SessionModel : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SessionModel, RestoredOutputEqualsOutputFromScratch) {
+  const Case c = GetParam();
+  const std::string dir = fs::temp_directory_path().string() + "/ellm-session-model-" + std::to_string(getpid());
+  for (Isa isa : supported_isas()) {
+    SCOPED_TRACE(std::string("tier ") + isa_name(isa));
+    set_active_isa(isa);
+    fs::remove_all(dir);
+    EngineOptions options;
+    if (c.tier == "disk") {
+      options.session_memory_bytes = 0;  // every session that leaves its slot goes to disk
+      options.session_dir = dir;
+    }
+    auto engine = make_engine(c.model, 1, options);  // one slot: conversations take turns in it
+    EngineOptions cold_options;
+    cold_options.session_cache = false;
+    auto cold = make_engine(c.model, 1, cold_options);
+
+    std::string system = "<|im_start|>system\nYou are a careful assistant. Answer in short sentences and "
+                         "cite the tool output you used.";
+    for (int i = 0; i < 6; ++i) system += " Tool " + std::to_string(i) + ": looks things up in the index.";
+    system += "<|im_end|>\n";
+    std::vector<std::vector<int32_t>> history(3);
+    for (int turn = 0; turn < 3; ++turn)
+      for (int conv = 0; conv < 3; ++conv) {
+        auto message = encode("<|im_start|>user\nQuestion " + std::to_string(turn) + " from user " +
+                              std::to_string(conv) + ": what now?<|im_end|>\n<|im_start|>assistant\n");
+        if (turn == 0) history[conv] = encode(system);
+        history[conv].insert(history[conv].end(), message.begin(), message.end());
+        GenerateRequest request = greedy(history[conv], 6);
+        request.ignore_eos = true;
+        if (conv == 1) {  // a fixed seed
+          request.sampling.temperature = 0.9f;
+          request.sampling.seed = 1234 + turn;
+        }
+        Outcome out = collect(engine->submit(request));
+        request.use_session_cache = false;
+        Outcome reference = collect(cold->submit(request));
+        EXPECT_EQ(out.ids, reference.ids) << "turn " << turn << " conversation " << conv;
+        if (turn > 0) EXPECT_GT(out.end.cached_tokens, int64_t(history[conv].size()) - 40);
+        history[conv].insert(history[conv].end(), out.ids.begin(), out.ids.end());
+      }
+    SessionMetrics m = engine->metrics().sessions;
+    EXPECT_GT(m.hot.hits, 0) << "the shared system prompt reused in the slot";
+    EXPECT_GT(c.tier == "disk" ? m.disk.hits : m.ram.hits, 0);
+    engine.reset();
+  }
+  set_active_isa(best_isa());
+  fs::remove_all(dir);
+}
+
+// Shared-prefix copies between slots: a conversation starts from a copy of another slot's rows.
+TEST_P(SessionModel, ASharedPrefixCopiedFromAnotherSlotGivesTheSameOutput) {
+  const Case c = GetParam();
+  if (c.tier != "ram") GTEST_SKIP() << "slot-to-slot copies do not touch the store's tiers";
+  for (Isa isa : supported_isas()) {
+    SCOPED_TRACE(std::string("tier ") + isa_name(isa));
+    set_active_isa(isa);
+    auto engine = make_engine(c.model, 3, {});
+    EngineOptions cold_options;
+    cold_options.session_cache = false;
+    auto cold = make_engine(c.model, 1, cold_options);
+    std::string system = "<|im_start|>system\nShared instructions for every agent.";
+    for (int i = 0; i < 8; ++i) system += " Rule " + std::to_string(i) + ": be exact.";
+    for (int conv = 0; conv < 3; ++conv) {
+      auto prompt = encode(system + "<|im_end|>\n<|im_start|>user\nAgent " + std::to_string(conv) +
+                           " asks.<|im_end|>\n<|im_start|>assistant\n");
+      GenerateRequest request = greedy(prompt, 6);
+      request.ignore_eos = true;
+      Outcome out = collect(engine->submit(request));
+      request.use_session_cache = false;
+      EXPECT_EQ(out.ids, collect(cold->submit(request)).ids) << "conversation " << conv;
+      if (conv > 0) EXPECT_GT(out.end.cached_tokens, 60);
+    }
+    EXPECT_GE(engine->metrics().sessions.hot.bytes_in, 1) << "rows were copied between slots";
+  }
+  set_active_isa(best_isa());
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, SessionModel,
+                         ::testing::Values(Case{"tiny-qwen3", "ram"}, Case{"tiny-qwen3", "disk"},
+                                           Case{"tiny-qwen3-moe", "ram"}, Case{"tiny-qwen3-moe", "disk"}),
+                         [](const auto& info) {
+                           std::string name = info.param.model + "_" + info.param.tier;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace ellm
