@@ -105,6 +105,9 @@ def metrics(target):
         m = re.match(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)$", line)
         if m and m.group(1) not in values:
             values[m.group(1)] = float(m.group(3))
+        tier = re.search(r'tier="(\w+)"', m.group(2) or "") if m else None
+        if tier:  # per-tier samples also as name:tier
+            values[m.group(1) + ":" + tier.group(1)] = float(m.group(3))
     return values
 
 
@@ -334,9 +337,11 @@ def wait_idle(target, timeout):
 
 
 def memory_point(target, pid):
-    """Resident bytes of an idle server, with the KV cache's from /metrics as 'KV'."""
+    """Resident bytes of an idle server, with the KV cache's and the session store's RAM tier
+    (both bounded by their budgets) from /metrics as 'KV'."""
     point = resident_bytes(pid)
-    point["KV"] = metrics(target).get("ellm:kv_cache_resident_bytes", 0)
+    values = metrics(target)
+    point["KV"] = values.get("ellm:kv_cache_resident_bytes", 0) + values.get("ellm:session_bytes:ram", 0)
     return point
 
 
@@ -431,7 +436,7 @@ def main(argv):
         delta = {k: mem_end[k] - mem_warm[k] for k in mem_warm}
         growth = delta["RssAnon"] - delta["KV"]
         if 0 <= args.max_rss_growth_mb * 2**20 < growth:
-            violations.append(f"anonymous RSS grew {growth / 2**20:.1f} MB (KV cache excluded) after the warm-up, "
+            violations.append(f"anonymous RSS grew {growth / 2**20:.1f} MB (KV cache and session RAM excluded) after the warm-up, "
                               f"limit {args.max_rss_growth_mb:g} MB")
 
     ok = by_kind["ok"]
@@ -459,7 +464,7 @@ def main(argv):
     if growth is not None:
         print(f"  server RSS: {mem_warm['VmRSS'] / mb:.1f} MB after {args.warmup} requests, {mem_end['VmRSS'] / mb:.1f} MB "
               f"after {len(outcomes)} ({delta['VmRSS'] / mb:+.2f} MB: anonymous {delta['RssAnon'] / mb:+.2f} MB of which "
-              f"KV cache {delta['KV'] / mb:+.2f} MB, file-backed {delta['RssFile'] / mb:+.2f} MB)")
+              f"KV cache and session RAM {delta['KV'] / mb:+.2f} MB, file-backed {delta['RssFile'] / mb:+.2f} MB)")
     for v in violations[:20]:
         print("  VIOLATION:", v)
     if len(violations) > 20:

@@ -156,8 +156,6 @@ int cmd_serve(int argc, char** argv) {
   server_options.tool_call_format =
       tool_parser.empty() ? detect_tool_call_format(chat_template.source()) : tool_call_format_by_name(tool_parser);
   server_options.parse_reasoning = chat_template.source().find("</think>") != std::string::npos;
-  server_options.session_cache = !no_session_cache;
-  server_options.default_sampling = defaults.sampling;
   // One HTTP thread per connection that can be generating or queued, plus a few for the rest.
   server_options.http_threads = static_cast<int>(std::min<int64_t>(batch_size + max_queue + 8, 512));
 

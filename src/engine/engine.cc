@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "engine/scheduler.h"
+#include "text/tokenizer.h"
 
 namespace ellm {
 
@@ -62,41 +63,43 @@ Engine::~Engine() = default;
 
 namespace {
 
-// Throws Error for a request that can never run, naming the field.
+// Throws RequestError for a request that can never run, naming the field (as vLLM words it).
 int64_t validate(const GenerateRequest& request, const Model& model) {
   const int64_t limit = model.limits().sequence_length;
   const int64_t n_prompt = int64_t(request.prompt.size());
-  if (n_prompt == 0) throw Error("prompt: must contain at least one token");
+  const std::string context = "this model's maximum context length is " + std::to_string(limit) + " tokens";
+  if (n_prompt == 0) throw RequestError("messages", "the prompt is empty");
   for (int32_t id : request.prompt)
     if (id < 0 || id >= model.vocab_size())
-      throw Error("prompt: token id " + std::to_string(id) + " is outside the vocabulary (size " +
-                  std::to_string(model.vocab_size()) + ")");
+      throw RequestError("prompt", "the prompt holds token id " + std::to_string(id) +
+                                       ", outside the vocabulary (size " + std::to_string(model.vocab_size()) + ")");
   if (request.max_tokens == 0 || request.max_tokens < -1)
-    throw Error("max_tokens: must be at least 1");
+    throw RequestError("max_tokens", "max_tokens must be at least 1");
   if (n_prompt >= limit)
-    throw Error("prompt: " + std::to_string(n_prompt) + " tokens leave no room to generate within "
-                "the sequence length limit of " + std::to_string(limit) + " tokens");
+    throw RequestError("messages", context + "; the prompt has " + std::to_string(n_prompt) +
+                                       " tokens, leaving no room to generate");
   const int64_t max_new = request.max_tokens < 0 ? limit - n_prompt : request.max_tokens;
   if (n_prompt + max_new > limit)
-    throw Error("max_tokens: prompt (" + std::to_string(n_prompt) + " tokens) + max_tokens (" +
-                std::to_string(max_new) + ") exceeds the sequence length limit of " +
-                std::to_string(limit) + " tokens");
+    throw RequestError("max_tokens", context + "; you requested " + std::to_string(n_prompt + max_new) +
+                                         " tokens (" + std::to_string(n_prompt) + " in the prompt, " +
+                                         std::to_string(max_new) +
+                                         " in the completion); reduce the prompt or max_tokens");
   const size_t budget = model.limits().kv_memory_bytes, per_token = model.kv_bytes_per_token();
   if (budget > 0 && per_token > 0 && size_t(n_prompt + max_new) * per_token > budget)
-    throw Error("max_tokens: prompt + max_tokens = " + std::to_string(n_prompt + max_new) +
-                " positions exceed the KV memory budget of " +
-                std::to_string(budget / per_token) + " positions");
+    throw RequestError("max_tokens", "prompt + max_tokens = " + std::to_string(n_prompt + max_new) +
+                                         " positions exceed the KV memory budget of " +
+                                         std::to_string(budget / per_token) + " positions");
   const SamplingParams& s = request.sampling;
   if (!(s.temperature >= 0) || !std::isfinite(s.temperature))
-    throw Error("temperature: must be a finite number >= 0");
-  if (!(s.top_p > 0 && s.top_p <= 1)) throw Error("top_p: must be in (0, 1]");
-  if (!(s.min_p >= 0 && s.min_p <= 1)) throw Error("min_p: must be in [0, 1]");
-  if (s.top_k < -1) throw Error("top_k: must be -1, 0 or positive");
+    throw RequestError("temperature", "temperature must be a finite number >= 0");
+  if (!(s.top_p > 0 && s.top_p <= 1)) throw RequestError("top_p", "top_p must be in (0, 1]");
+  if (!(s.min_p >= 0 && s.min_p <= 1)) throw RequestError("min_p", "min_p must be in [0, 1]");
+  if (s.top_k < -1) throw RequestError("top_k", "top_k must be -1, 0 or positive");
   if (!(s.repetition_penalty > 0) || !std::isfinite(s.repetition_penalty))
-    throw Error("repetition_penalty: must be a finite number > 0");
+    throw RequestError("repetition_penalty", "repetition_penalty must be a finite number > 0");
   if (!std::isfinite(s.presence_penalty) || !std::isfinite(s.frequency_penalty))
-    throw Error("presence_penalty/frequency_penalty: must be finite numbers");
-  if (s.top_logprobs < -1 || s.top_logprobs > 20) throw Error("top_logprobs: must be in 0..20");
+    throw RequestError("presence_penalty", "presence_penalty and frequency_penalty must be finite numbers");
+  if (s.top_logprobs < -1 || s.top_logprobs > 20) throw RequestError("top_logprobs", "top_logprobs must be in 0..20");
   return max_new;
 }
 
@@ -117,7 +120,23 @@ EngineMetrics Engine::metrics() const { return impl_->scheduler.metrics(); }
 std::vector<SessionInfo> Engine::list_sessions() { return impl_->scheduler.list_sessions(); }
 int64_t Engine::drop_sessions() { return impl_->scheduler.drop_sessions(); }
 void Engine::shutdown(std::chrono::steady_clock::time_point deadline) { impl_->scheduler.shutdown(deadline); }
-const Model& Engine::model() const { return *impl_->model; }
-const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+int64_t Engine::sequence_length() const { return impl_->model->limits().sequence_length; }
+const SamplingParams& Engine::default_sampling() const { return impl_->options.default_sampling; }
+std::vector<int32_t> Engine::encode(const std::string& text) const { return impl_->tokenizer->encode(text); }
+std::string Engine::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  return impl_->tokenizer->decode(std::vector<int32_t>(ids.begin(), ids.end()), skip_special_tokens);
+}
+bool Engine::is_token(int32_t id) const { return id >= 0 && id < impl_->tokenizer->vocab_size(); }
+std::string Engine::token_text(int32_t id) const { return is_token(id) ? impl_->tokenizer->token_bytes(id) : std::string(); }
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::abort: return "abort";
+    case FinishReason::error: return "error";
+  }
+  return "error";
+}
 
 }  // namespace ellm

@@ -12,59 +12,18 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "engine/request.h"
 #include "engine/session_store.h"
 
 namespace ellm {
 
 class Model;
 class Tokenizer;
-
-struct SamplingParams {
-  float temperature = 1.0f;  // 0 = greedy
-  float top_p = 1.0f;
-  int top_k = 0;             // 0 or -1 = off
-  float min_p = 0.0f;
-  std::optional<uint64_t> seed;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  float repetition_penalty = 1.0f;
-  int top_logprobs = -1;     // -1 = no logprobs; 0..20 = chosen token + that many alternatives
-};
-
-struct GenerateRequest {
-  std::vector<int32_t> prompt;
-  SamplingParams sampling;
-  int64_t max_tokens = -1;          // -1 = until the slot's sequence limit
-  std::vector<std::string> stop;    // stop strings, never emitted
-  std::vector<int32_t> stop_token_ids;
-  bool ignore_eos = false;
-  bool skip_special_tokens = true;
-  bool use_session_cache = true;
-};
-
-struct TokenLogprob {
-  int32_t id;
-  float logprob;
-  std::vector<std::pair<int32_t, float>> top;  // best alternatives, best first
-};
-
-// One event of a request: a text delta (possibly empty text with new ids), or the end. The end
-// event carries no text or ids, only the reason and the counts; every request gets exactly one.
-// Stop tokens (eos, stop_token_ids) and stop strings never appear in text or ids, but a stop
-// token counts in completion_tokens.
-struct StreamEvent {
-  std::string text;                  // newly completed text (never a broken UTF-8 character)
-  std::vector<int32_t> ids;          // tokens generated since the previous event
-  std::vector<TokenLogprob> logprobs;
-  bool finished = false;
-  std::string finish_reason;         // "stop", "length", "abort" or "error" when finished
-  std::string error;                 // message when finish_reason == "error"
-  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // set when finished
-};
 
 // The server's handle on one request. The engine pushes, the server pops; cancel() makes the
 // engine stop the request and free its slot within one step. A slow reader never slows the
@@ -128,8 +87,9 @@ class Engine {
          EngineOptions options);
   ~Engine();  // stops the scheduler; pending requests finish with "abort"
 
-  // Validates and queues. Throws Error for a request that can never run (prompt + max_tokens
-  // beyond the sequence length, ids outside the vocabulary), QueueFull when the queue is full.
+  // Validates and queues. Throws RequestError for a request that can never run (an empty
+  // prompt, prompt + max_tokens beyond the sequence length, ids outside the vocabulary, bad
+  // sampling values), QueueFull when the queue is full. The only place requests are checked.
   std::shared_ptr<RequestStream> submit(GenerateRequest request);
 
   EngineMetrics metrics() const;
@@ -139,8 +99,13 @@ class Engine {
   // Stops taking requests, ends running ones ("abort"), and writes the sessions held in slots
   // and RAM to the disk tier (--session-dir) until the deadline. Call once, before destruction.
   void shutdown(std::chrono::steady_clock::time_point deadline);
-  const Model& model() const;
-  const Tokenizer& tokenizer() const;
+  // What the server needs of the model and its tokenizer.
+  int64_t sequence_length() const;
+  const SamplingParams& default_sampling() const;  // generation_config.json
+  std::vector<int32_t> encode(const std::string& text) const;
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
+  bool is_token(int32_t id) const;         // the tokenizer has it (the model's rows may be more)
+  std::string token_text(int32_t id) const;  // its bytes; "" for ids without a token
 
  private:
   struct Impl;

@@ -34,7 +34,7 @@ bool contains(const std::vector<int32_t>& ids, int32_t id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
-StreamEvent end_event(const std::string& reason, const std::string& error) {
+StreamEvent end_event(FinishReason reason, const std::string& error = {}) {
   StreamEvent event;
   event.finished = true;
   event.finish_reason = reason;
@@ -204,7 +204,7 @@ void Scheduler::loop() {
     }
   }
   try {
-    abort_all("abort", "");
+    abort_all();
   } catch (...) {
     log_warn("engine: aborting the remaining requests failed");
   }
@@ -220,7 +220,7 @@ void Scheduler::fail_running(const std::string& error) {
     } catch (const std::exception&) {  // the session is forgotten; its pages stay counted
     }
     try {
-      finish(s, "error", error);
+      finish(s, FinishReason::error, error);
     } catch (const std::exception&) {  // out of memory for the event: the slot is freed anyway
     }
   }
@@ -244,11 +244,11 @@ void Scheduler::step() {
 
 void Scheduler::drop_cancelled() {
   for (int s = 0; s < int(active_.size()); ++s)
-    if (active_[s] && active_[s]->stream->cancelled()) finish(s, "abort");
+    if (active_[s] && active_[s]->stream->cancelled()) finish(s, FinishReason::abort);
   std::lock_guard lock(mutex_);
   std::erase_if(queue_, [](const QueuedRequest& q) {
     if (!q.stream->cancelled()) return false;
-    q.stream->push(end_event("abort", ""));
+    q.stream->push(end_event(FinishReason::abort));
     return true;
   });
 }
@@ -262,7 +262,7 @@ void Scheduler::admit() {
     try {
       if (!place(queue_.front())) return;
     } catch (const std::exception& e) {
-      stream->push(end_event("error", "could not start the request: " + what(e)));
+      stream->push(end_event(FinishReason::error, "could not start the request: " + what(e)));
     }
     queue_.pop_front();
   }
@@ -379,7 +379,7 @@ bool Scheduler::place(QueuedRequest& queued) {
       if (running_ > 0) return false;  // running requests will give their reservations back
       const double per_token = double(model_.kv_bytes_per_token());
       queued.stream->push(end_event(
-          "error", "KV memory budget exceeded: the request needs " + mib(reserve * per_token) +
+          FinishReason::error, "KV memory budget exceeded: the request needs " + mib(reserve * per_token) +
                        " of KV cache, the budget is " + mib(budget_positions_ * per_token)));
       return true;
     }
@@ -455,7 +455,7 @@ void Scheduler::run_pass() {
         forget(slots_[part.slot]);
       } catch (const std::exception&) {  // the session is forgotten; its pages stay counted
       }
-      finish(part.slot, "error", std::string("model forward failed: ") + e.what());
+      finish(part.slot, FinishReason::error, std::string("model forward failed: ") + e.what());
     }
     return;
   }
@@ -473,7 +473,7 @@ void Scheduler::run_pass() {
     try {
       on_logits(part.slot, logits);
     } catch (const std::exception& e) {  // this request's problem only; the others go on
-      if (active_[part.slot]) finish(part.slot, "error", "generation failed: " + what(e));
+      if (active_[part.slot]) finish(part.slot, FinishReason::error, "generation failed: " + what(e));
     }
   }
 }
@@ -513,8 +513,8 @@ void Scheduler::on_logits(int slot, std::span<const float> logits) {
   if (at_limit && !request.stop.stopped())
     event.text += request.stop.push(request.detokenizer.flush()) + request.stop.flush();
   request.stream->push(std::move(event));
-  if (request.stop.stopped()) return finish(slot, "stop");
-  if (at_limit) return finish(slot, "length");
+  if (request.stop.stopped()) return finish(slot, FinishReason::stop);
+  if (at_limit) return finish(slot, FinishReason::length);
 }
 
 // Ends at a stop token: the text held back (an unfinished character, a stop-string prefix that
@@ -524,11 +524,11 @@ void Scheduler::end_at_stop_token(int slot) {
   StreamEvent event;
   event.text = request.stop.push(request.detokenizer.flush()) + request.stop.flush();
   if (!event.text.empty()) request.stream->push(std::move(event));
-  finish(slot, "stop");
+  finish(slot, FinishReason::stop);
 }
 
 // Ends the slot's request; the slot keeps the tokens whose KV it wrote.
-void Scheduler::finish(int slot_index, const std::string& reason, const std::string& error) {
+void Scheduler::finish(int slot_index, FinishReason reason, const std::string& error) {
   std::unique_ptr<ActiveRequest> request = std::move(active_[slot_index]);
   StreamEvent event = end_event(reason, error);
   event.prompt_tokens = request->prompt_len;
@@ -551,11 +551,11 @@ void Scheduler::finish(int slot_index, const std::string& reason, const std::str
   request->stream->push(std::move(event));
 }
 
-void Scheduler::abort_all(const std::string& reason, const std::string& error) {
+void Scheduler::abort_all() {
   for (int s = 0; s < int(active_.size()); ++s)
-    if (active_[s]) finish(s, reason, error);
+    if (active_[s]) finish(s, FinishReason::abort);
   std::lock_guard lock(mutex_);
-  for (QueuedRequest& queued : queue_) queued.stream->push(end_event(reason, error));
+  for (QueuedRequest& queued : queue_) queued.stream->push(end_event(FinishReason::abort));
   queue_.clear();
 }
 

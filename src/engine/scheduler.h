@@ -80,8 +80,8 @@ class Scheduler {
   void run_pass();
   void on_logits(int slot, std::span<const float> logits);
   void end_at_stop_token(int slot);
-  void finish(int slot, const std::string& reason, const std::string& error = {});
-  void abort_all(const std::string& reason, const std::string& error);
+  void finish(int slot, FinishReason reason, const std::string& error = {});
+  void abort_all();
   void fail_running(const std::string& error);
   void publish_metrics();
 

@@ -79,8 +79,8 @@ json ChatOutput::chunk(json delta, const json& logprobs) const {
 }
 
 std::string ChatOutput::finish_reason() const {
-  if (made_tool_calls_ && last_.finish_reason == "stop") return "tool_calls";
-  return last_.finish_reason;
+  if (made_tool_calls_ && last_.finish_reason == FinishReason::stop) return "tool_calls";
+  return finish_reason_name(last_.finish_reason);
 }
 
 std::vector<json> ChatOutput::on_event(const StreamEvent& event) {
@@ -218,7 +218,7 @@ std::vector<json> TextOutput::on_event(const StreamEvent& event) {
   if (event.finished) {
     finished_ = true;
     last_ = event;
-    chunks.push_back(chunk("", nullptr, event.finish_reason));
+    chunks.push_back(chunk("", nullptr, finish_reason_name(event.finish_reason)));
     if (meta_.include_usage) {
       json usage = chunk("", nullptr, nullptr);
       usage["choices"] = json::array();
@@ -230,7 +230,7 @@ std::vector<json> TextOutput::on_event(const StreamEvent& event) {
 }
 
 json TextOutput::response() const {
-  json out = chunk(text_, meta_.logprobs ? logprobs_ : json(nullptr), last_.finish_reason);
+  json out = chunk(text_, meta_.logprobs ? logprobs_ : json(nullptr), finish_reason_name(last_.finish_reason));
   out["usage"] = usage_json(last_.prompt_tokens, last_.completion_tokens, last_.cached_tokens);
   return out;
 }

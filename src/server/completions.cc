@@ -9,34 +9,18 @@
 #include "server/api_response.h"
 #include "server/server_impl.h"
 #include "text/chat_template.h"
-#include "text/tokenizer.h"
 
 namespace ellm {
 
 using nlohmann::json;
 
-void Server::Impl::fit_to_sequence(GenerateRequest& request) const {
-  const int64_t prompt = static_cast<int64_t>(request.prompt.size());
-  if (prompt == 0) throw_bad_request("the prompt is empty");
-  const std::string limit = "this model's maximum context length is " + std::to_string(sequence_length) + " tokens";
-  if (prompt >= sequence_length)
-    throw_bad_request(limit + "; the prompt has " + std::to_string(prompt) + " tokens, leaving no room to generate", "messages");
-  if (request.max_tokens < 0) {
-    request.max_tokens = sequence_length - prompt;
-  } else if (prompt + request.max_tokens > sequence_length) {
-    throw_bad_request(limit + "; you requested " + std::to_string(prompt + request.max_tokens) + " tokens (" +
-                          std::to_string(prompt) + " in the prompt, " + std::to_string(request.max_tokens) +
-                          " in the completion); reduce the prompt or max_tokens",
-                      "max_tokens");
-  }
-}
-
 std::shared_ptr<RequestStream> Server::Impl::submit(GenerateRequest request) {
-  if (!options.session_cache) request.use_session_cache = false;
   try {
     return engine.submit(std::move(request));
   } catch (const QueueFull& e) {
     throw ApiError(429, "rate_limit_error", std::string("the server is busy: ") + e.what() + "; retry later");
+  } catch (const RequestError& e) {
+    throw ApiError(400, "invalid_request_error", e.what(), e.param);
   }
 }
 
@@ -98,7 +82,7 @@ void Server::Impl::respond(std::shared_ptr<RequestStream> stream, std::shared_pt
       if (past_grace()) stream->cancel();
       std::optional<StreamEvent> event = stream->next(kPollMs);
       if (!event) continue;
-      if (event->finished && event->finish_reason == "error")
+      if (event->finished && event->finish_reason == FinishReason::error)
         throw ApiError(500, "internal_server_error", "generation failed: " + event->error);
       output->on_event(*event);
     }
@@ -119,7 +103,7 @@ void Server::Impl::respond(std::shared_ptr<RequestStream> stream, std::shared_pt
           if (!*backlog) *backlog = stream->next(out.empty() ? kPollMs : 0);
           if (!*backlog) break;
           StreamEvent event = take_piece(*backlog);
-          if (event.finished && event.finish_reason == "error") {
+          if (event.finished && event.finish_reason == FinishReason::error) {
             out += sse_data(error_json(ApiError(500, "internal_server_error", "generation failed: " + event.error)));
             out += "data: [DONE]\n\n";
             if (!sink.write(out.data(), out.size())) stream->cancel();
@@ -147,7 +131,7 @@ void Server::Impl::respond(std::shared_ptr<RequestStream> stream, std::shared_pt
 }
 
 void Server::Impl::chat_completions(const httplib::Request& req, httplib::Response& res) {
-  ChatRequest request = parse_chat_request(parse_body(req.body), options.default_sampling);
+  ChatRequest request = parse_chat_request(parse_body(req.body), engine.default_sampling());
   check_model_name(request.model);
 
   // As vLLM: the template always sees the tools; tool_choice "none" only turns off parsing.
@@ -156,33 +140,25 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   nlohmann::ordered_json tools = request.tools.empty() ? nlohmann::ordered_json(nullptr) : request.tools;
   std::string prompt = chat_template.render(normalize_chat_messages(request.messages), tools,
                                             /*add_generation_prompt=*/true, request.template_kwargs);
-  request.generate.prompt = engine.tokenizer().encode(prompt);
-  fit_to_sequence(request.generate);
+  request.generate.prompt = engine.encode(prompt);
 
   ResponseMeta meta{random_id("chatcmpl-"), options.model_name, unix_time(), request.include_usage, request.logprobs, request.stream};
   auto parser = std::make_unique<OutputParser>(parse_tools ? options.tool_call_format : ToolCallFormat::none,
                                                options.parse_reasoning, prompt_opens_reasoning(prompt), json(tools));
-  auto output = std::make_shared<ChatOutput>(std::move(meta), std::move(parser), [this](int32_t id) { return token_text(id); });
+  auto output = std::make_shared<ChatOutput>(std::move(meta), std::move(parser), [this](int32_t id) { return engine.token_text(id); });
   respond(submit(std::move(request.generate)), output, request.stream, res);
 }
 
 void Server::Impl::completions(const httplib::Request& req, httplib::Response& res) {
-  TextRequest request = parse_completion_request(parse_body(req.body), options.default_sampling);
+  TextRequest request = parse_completion_request(parse_body(req.body), engine.default_sampling());
   check_model_name(request.model);
-  if (request.prompt_is_ids) {
-    for (int32_t id : request.prompt_ids)
-      if (id >= engine.tokenizer().vocab_size()) throw_bad_request("'prompt' holds a token id outside the vocabulary", "prompt");
-    request.generate.prompt = request.prompt_ids;
-  } else {
-    request.generate.prompt = engine.tokenizer().encode(request.prompt_text);
-  }
-  fit_to_sequence(request.generate);
+  request.generate.prompt = request.prompt_is_ids ? request.prompt_ids : engine.encode(request.prompt_text);
   std::string echo;
   if (request.echo)
-    echo = request.prompt_is_ids ? engine.tokenizer().decode(request.prompt_ids, false) : request.prompt_text;
+    echo = request.prompt_is_ids ? engine.decode(request.prompt_ids, false) : request.prompt_text;
 
   ResponseMeta meta{random_id("cmpl-"), options.model_name, unix_time(), request.include_usage, request.logprobs, request.stream};
-  auto output = std::make_shared<TextOutput>(std::move(meta), std::move(echo), [this](int32_t id) { return token_text(id); });
+  auto output = std::make_shared<TextOutput>(std::move(meta), std::move(echo), [this](int32_t id) { return engine.token_text(id); });
   respond(submit(std::move(request.generate)), output, request.stream, res);
 }
 

@@ -6,11 +6,9 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "model/model.h"
 #include "server/api_response.h"
 #include "server/server_impl.h"
 #include "text/chat_template.h"
-#include "text/tokenizer.h"
 
 namespace ellm {
 
@@ -61,7 +59,7 @@ bool needs_auth(const std::string& path) { return path.rfind("/v1/", 0) == 0 || 
 
 Server::Impl::Impl(Engine& engine, const ChatTemplate& chat_template, ServerOptions opts)
     : engine(engine), chat_template(chat_template), options(std::move(opts)),
-      sequence_length(engine.model().limits().sequence_length) {
+      sequence_length(engine.sequence_length()) {
   const int threads = std::max(4, options.http_threads);
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(options.max_body_bytes);
@@ -155,12 +153,6 @@ void Server::Impl::models(const httplib::Request&, httplib::Response& res) {
   send_json(res, 200, {{"object", "list"}, {"data", json::array({model})}});
 }
 
-// The model's vocabulary can be larger than the tokenizer's (padding rows): those ids have no text.
-std::string Server::Impl::token_text(int32_t id) const {
-  const Tokenizer& tokenizer = engine.tokenizer();
-  return id >= 0 && id < tokenizer.vocab_size() ? tokenizer.token_bytes(id) : std::string();
-}
-
 // vLLM shapes: {"prompt": text} or {"messages": [...]} -> {"count", "max_model_len", "tokens", "token_strs"}.
 void Server::Impl::tokenize(const httplib::Request& req, httplib::Response& res) {
   ojson body = parse_body(req.body);
@@ -177,11 +169,11 @@ void Server::Impl::tokenize(const httplib::Request& req, httplib::Response& res)
   } else {
     throw_bad_request("'prompt' (a string) or 'messages' is required", "prompt");
   }
-  std::vector<int32_t> ids = engine.tokenizer().encode(text);
+  std::vector<int32_t> ids = engine.encode(text);
   json strs = nullptr;
   if (body.value("return_token_strs", false)) {
     strs = json::array();
-    for (int32_t id : ids) strs.push_back(token_text(id));
+    for (int32_t id : ids) strs.push_back(engine.token_text(id));
   }
   send_json(res, 200, {{"count", ids.size()}, {"max_model_len", sequence_length}, {"tokens", ids}, {"token_strs", strs}});
 }
@@ -193,11 +185,11 @@ void Server::Impl::detokenize(const httplib::Request& req, httplib::Response& re
   if (it == body.end() || !it->is_array()) throw_bad_request("'tokens' must be a list of token ids", "tokens");
   std::vector<int32_t> ids;
   for (const ojson& x : *it) {
-    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= engine.tokenizer().vocab_size())
+    if (!x.is_number_integer() || x.get<int64_t>() > INT32_MAX || !engine.is_token(x.get<int32_t>()))
       throw_bad_request("'tokens' holds a value that is not a token id of this model", "tokens");
     ids.push_back(x.get<int32_t>());
   }
-  send_json(res, 200, {{"prompt", engine.tokenizer().decode(ids, false)}});
+  send_json(res, 200, {{"prompt", engine.decode(ids, false)}});
 }
 
 bool Server::Impl::past_grace() const {

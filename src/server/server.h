@@ -21,8 +21,6 @@ struct ServerOptions {
   size_t max_body_bytes = 8u << 20;       // larger bodies get 413
   ToolCallFormat tool_call_format = ToolCallFormat::none;
   bool parse_reasoning = true;            // split <think>...</think> into reasoning_content
-  bool session_cache = true;              // false: every request prefills from scratch
-  SamplingParams default_sampling;        // generation_config.json
   int http_threads = 16;                  // concurrent connections served
 };
 

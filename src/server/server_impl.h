@@ -24,10 +24,7 @@ struct Server::Impl {
 
   // Shared steps of a generation request.
   void check_model_name(const std::string& requested) const;
-  // Fills max_tokens when absent and refuses prompts that cannot fit the sequence length.
-  void fit_to_sequence(GenerateRequest& request) const;
   std::shared_ptr<RequestStream> submit(GenerateRequest request);
-  std::string token_text(int32_t id) const;
   // Serves one generation: Output is ChatOutput or TextOutput.
   template <class Output>
   void respond(std::shared_ptr<RequestStream> stream, std::shared_ptr<Output> output, bool streaming,

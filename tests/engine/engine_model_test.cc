@@ -145,7 +145,7 @@ TEST_P(EngineModel, FourRequestsInTwoSlots) {
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
     Outcome out = collect(streams[i]);
-    EXPECT_EQ(out.end.finish_reason, "length");
+    EXPECT_EQ(out.end.finish_reason, FinishReason::length);
     EXPECT_EQ(out.end.completion_tokens, 8);
     EXPECT_EQ(out.ids, expected[i]) << "request " << i;
   }

@@ -61,12 +61,12 @@ TEST(EngineRobustness, SampledIdsWithoutATokenDecodeToNothing) {
   auto s1 = engine.submit(r);
   auto s2 = engine.submit(sampled);  // shares the passes
   for (Outcome out : {collect(s1), collect(s2)}) {
-    EXPECT_EQ(out.end.finish_reason, "length") << out.end.error;
+    EXPECT_EQ(out.end.finish_reason, FinishReason::length) << out.end.error;
     EXPECT_EQ(out.ids, std::vector<int32_t>(5, tokenless));
     EXPECT_EQ(out.text, "");
   }
   // The engine still serves.
-  EXPECT_EQ(collect(engine.submit(greedy(prompt_of(4, 3), 2))).end.finish_reason, "length");
+  EXPECT_EQ(collect(engine.submit(greedy(prompt_of(4, 3), 2))).end.finish_reason, FinishReason::length);
 }
 
 TEST(EngineRobustness, ScriptedIdsWithoutATokenLeaveTheTextAround) {
@@ -81,7 +81,7 @@ TEST(EngineRobustness, ScriptedIdsWithoutATokenLeaveTheTextAround) {
   Outcome out = collect(engine.submit(greedy(prompt_of(5, 4), 50)));
   EXPECT_EQ(out.text, "hello world");
   EXPECT_EQ(out.ids, options.scripted_output);
-  EXPECT_EQ(out.end.finish_reason, "stop");
+  EXPECT_EQ(out.end.finish_reason, FinishReason::stop);
 }
 
 TEST(EngineRobustness, AFailureWhileAdmittingEndsOnlyThatRequest) {
@@ -98,14 +98,14 @@ TEST(EngineRobustness, AFailureWhileAdmittingEndsOnlyThatRequest) {
   auto b = engine.submit(greedy(b_prompt, 40));  // 50 more positions: fits beside the session
   auto c = engine.submit(greedy(c_prompt, 20));  // 30 more: must evict a session, which fails
   Outcome failed = collect(c);
-  EXPECT_EQ(failed.end.finish_reason, "error");
+  EXPECT_EQ(failed.end.finish_reason, FinishReason::error);
   EXPECT_NE(failed.end.error.find("injected failure"), std::string::npos) << failed.end.error;
   Outcome running = collect(b);
-  EXPECT_EQ(running.end.finish_reason, "length");
+  EXPECT_EQ(running.end.finish_reason, FinishReason::length);
   EXPECT_EQ(running.ids, fake_greedy(b_prompt, 40));
   model->fail_release = false;
   Outcome after = collect(engine.submit(greedy(c_prompt, 20)));
-  EXPECT_EQ(after.end.finish_reason, "length");
+  EXPECT_EQ(after.end.finish_reason, FinishReason::length);
   EXPECT_EQ(after.ids, fake_greedy(c_prompt, 20));
 }
 
@@ -123,7 +123,7 @@ TEST(EngineRobustness, RequestStreamCoalescesTextForASlowReader) {
   }
   StreamEvent end;
   end.finished = true;
-  end.finish_reason = "length";
+  end.finish_reason = FinishReason::length;
   stream.push(end);
   EXPECT_EQ(stream.queued(), 2u);
 
@@ -140,7 +140,7 @@ TEST(EngineRobustness, RequestStreamCoalescesTextForASlowReader) {
   std::optional<StreamEvent> last = stream.next(0);
   ASSERT_TRUE(last.has_value());
   EXPECT_TRUE(last->finished);
-  EXPECT_EQ(last->finish_reason, "length");
+  EXPECT_EQ(last->finish_reason, FinishReason::length);
   EXPECT_FALSE(stream.next(0).has_value());
 }
 
@@ -152,7 +152,7 @@ TEST(EngineRobustness, AReaderThatNeverReadsDoesNotHoldTheEngineBack) {
   auto prompt = prompt_of(6, 8);
   auto ignored = engine.submit(greedy(prompt, 500));
   // Another request runs to the end while the first one's reader sleeps.
-  EXPECT_EQ(collect(engine.submit(greedy(prompt_of(7, 9), 20))).end.finish_reason, "length");
+  EXPECT_EQ(collect(engine.submit(greedy(prompt_of(7, 9), 20))).end.finish_reason, FinishReason::length);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (engine.metrics().requests_finished_total < 2 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

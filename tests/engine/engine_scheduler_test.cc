@@ -39,7 +39,7 @@ TEST(EngineScheduler, GreedyFollowsTheModelsArgmax) {
   Outcome out = collect(engine->submit(greedy(prompt, 12)));
   EXPECT_EQ(out.ids, fake_greedy(prompt, 12));
   EXPECT_EQ(out.text, test_tokenizer()->decode(out.ids, true));
-  EXPECT_EQ(out.end.finish_reason, "length");
+  EXPECT_EQ(out.end.finish_reason, FinishReason::length);
   EXPECT_EQ(out.end.prompt_tokens, 20);
   EXPECT_EQ(out.end.completion_tokens, 12);
   EXPECT_EQ(out.end.cached_tokens, 0);
@@ -109,7 +109,7 @@ TEST(EngineScheduler, MoreRequestsThanSlotsAllFinishCorrectly) {
   }
   for (int i = 0; i < 6; ++i) {
     Outcome out = collect(streams[i]);
-    EXPECT_EQ(out.end.finish_reason, "length");
+    EXPECT_EQ(out.end.finish_reason, FinishReason::length);
     EXPECT_EQ(out.ids, fake_greedy(prompts[i], 8 + i)) << "request " << i;
   }
   EngineMetrics m = engine->metrics();
@@ -139,8 +139,8 @@ TEST(EngineScheduler, QueueFullIsRefused) {
   auto waiting = engine->submit(greedy(prompt_of(4, 10), 4));
   EXPECT_THROW(engine->submit(greedy(prompt_of(4, 11), 4)), QueueFull);
   running->cancel();
-  EXPECT_EQ(collect(running).end.finish_reason, "abort");
-  EXPECT_EQ(collect(waiting).end.finish_reason, "length");
+  EXPECT_EQ(collect(running).end.finish_reason, FinishReason::abort);
+  EXPECT_EQ(collect(waiting).end.finish_reason, FinishReason::length);
 }
 
 TEST(EngineScheduler, CancellationFreesTheSlot) {
@@ -151,10 +151,10 @@ TEST(EngineScheduler, CancellationFreesTheSlot) {
   auto next = engine->submit(greedy(prompt_of(8, 13), 5));
   long_one->cancel();
   Outcome aborted = collect(long_one);
-  EXPECT_EQ(aborted.end.finish_reason, "abort");
+  EXPECT_EQ(aborted.end.finish_reason, FinishReason::abort);
   EXPECT_LT(aborted.end.completion_tokens, 4000);
   Outcome out = collect(next);
-  EXPECT_EQ(out.end.finish_reason, "length");
+  EXPECT_EQ(out.end.finish_reason, FinishReason::length);
   EXPECT_EQ(out.ids, fake_greedy(prompt_of(8, 13), 5));
   EXPECT_EQ(engine->metrics().requests_running, 0);
 }
@@ -165,7 +165,7 @@ TEST(EngineScheduler, CancelledWhileWaitingNeverRuns) {
   auto queued = engine->submit(greedy(prompt_of(8, 15), 5));
   queued->cancel();
   Outcome out = collect(queued);
-  EXPECT_EQ(out.end.finish_reason, "abort");
+  EXPECT_EQ(out.end.finish_reason, FinishReason::abort);
   EXPECT_EQ(out.end.completion_tokens, 0);
   busy->cancel();
   collect(busy);
@@ -183,7 +183,7 @@ TEST(EngineScheduler, StopStringsEndGenerationAndAreNotEmitted) {
   GenerateRequest r = greedy(prompt, 20);
   r.stop = {stop};
   Outcome out = collect(engine->submit(r));
-  EXPECT_EQ(out.end.finish_reason, "stop");
+  EXPECT_EQ(out.end.finish_reason, FinishReason::stop);
   EXPECT_EQ(out.text, free_run.text.substr(0, first));
   EXPECT_EQ(out.text.find(stop), std::string::npos);
 }
@@ -196,7 +196,7 @@ TEST(EngineScheduler, StopTokenIdsAndEos) {
   r.stop_token_ids = {expected[4]};
   size_t first = std::find(expected.begin(), expected.end(), expected[4]) - expected.begin();
   Outcome out = collect(engine->submit(r));
-  EXPECT_EQ(out.end.finish_reason, "stop");
+  EXPECT_EQ(out.end.finish_reason, FinishReason::stop);
   EXPECT_EQ(out.ids, std::vector<int32_t>(expected.begin(), expected.begin() + first));
   EXPECT_EQ(out.end.completion_tokens, int64_t(first) + 1);  // the stop token counts
 
@@ -230,7 +230,7 @@ TEST(EngineScheduler, InvalidRequestsAreRejectedWithTheLimit) {
   // max_tokens -1 fills the slot: 63 prompt tokens leave one.
   Outcome out = collect(engine->submit(greedy(prompt_of(63, 19), -1)));
   EXPECT_EQ(out.end.completion_tokens, 1);
-  EXPECT_EQ(out.end.finish_reason, "length");
+  EXPECT_EQ(out.end.finish_reason, FinishReason::length);
 }
 
 TEST(EngineScheduler, KvBudgetEvictsIdleSessionsBeforeRefusing) {
@@ -275,7 +275,7 @@ TEST(EngineScheduler, ScriptedOutputReplacesSampling) {
   Outcome out = collect(engine->submit(r));
   EXPECT_EQ(out.text, scripted_text);
   EXPECT_EQ(out.ids, options.scripted_output);
-  EXPECT_EQ(out.end.finish_reason, "stop");
+  EXPECT_EQ(out.end.finish_reason, FinishReason::stop);
 }
 
 TEST(EngineScheduler, LogprobsComeWithEveryToken) {
@@ -313,7 +313,7 @@ TEST(EngineScheduler, ModelErrorsEndTheRequestsOfThatPass) {
   auto [model, engine] = make_engine(limits(256, 1));
   model->poison_token = 4321;
   Outcome bad = collect(engine->submit(greedy({1, 2, 4321}, 5)));
-  EXPECT_EQ(bad.end.finish_reason, "error");
+  EXPECT_EQ(bad.end.finish_reason, FinishReason::error);
   EXPECT_NE(bad.end.error.find("poisoned"), std::string::npos);
   Outcome good = collect(engine->submit(greedy({1, 2, 3}, 5)));
   EXPECT_EQ(good.ids, fake_greedy({1, 2, 3}, 5));
@@ -324,8 +324,8 @@ TEST(EngineScheduler, ShutdownAbortsPendingRequests) {
   auto running = engine->submit(greedy(prompt_of(8, 28), 4000));
   auto waiting = engine->submit(greedy(prompt_of(8, 29), 4000));
   engine.reset();
-  EXPECT_EQ(collect(running).end.finish_reason, "abort");
-  EXPECT_EQ(collect(waiting).end.finish_reason, "abort");
+  EXPECT_EQ(collect(running).end.finish_reason, FinishReason::abort);
+  EXPECT_EQ(collect(waiting).end.finish_reason, FinishReason::abort);
 }
 
 }  // namespace

@@ -207,7 +207,7 @@ TEST(SessionStore, BadFilesAreSkippedAndNeverYieldWrongOutput) {
     c.history.insert(c.history.end(), message.begin(), message.end());
     Outcome out = collect(engine->submit(greedy(c.history, 8)));
     EXPECT_EQ(out.ids, fake_greedy(c.history, 8)) << "seed " << c.seed;
-    EXPECT_EQ(out.end.finish_reason, "length");
+    EXPECT_EQ(out.end.finish_reason, FinishReason::length);
   }
   // Another model's files (another fingerprint) are skipped too.
   auto model2 = std::make_unique<FakeModel>(test_tokenizer()->vocab_size(), limits(4096, 1));

@@ -17,10 +17,10 @@ StreamEvent text_event(std::string text, std::vector<int32_t> ids) {
   return e;
 }
 
-StreamEvent final_event(std::string text, std::string reason, int64_t prompt, int64_t completion, int64_t cached) {
+StreamEvent final_event(std::string text, FinishReason reason, int64_t prompt, int64_t completion, int64_t cached) {
   StreamEvent e = text_event(std::move(text), {});
   e.finished = true;
-  e.finish_reason = std::move(reason);
+  e.finish_reason = reason;
   e.prompt_tokens = prompt;
   e.completion_tokens = completion;
   e.cached_tokens = cached;
@@ -52,7 +52,7 @@ TEST(ChatOutput, StreamsRoleFirstThenContentThenFinishAndUsage) {
   std::vector<json> chunks;
   for (const char* piece : {"Hel", "lo", " world"})
     for (json& c : out.on_event(text_event(piece, {1}))) chunks.push_back(std::move(c));
-  for (json& c : out.on_event(final_event("!", "length", 10, 4, 6))) chunks.push_back(std::move(c));
+  for (json& c : out.on_event(final_event("!", FinishReason::length, 10, 4, 6))) chunks.push_back(std::move(c));
 
   ASSERT_GE(chunks.size(), 4u);
   EXPECT_EQ(chunks[0]["object"], "chat.completion.chunk");
@@ -82,7 +82,7 @@ TEST(ChatOutput, ToolCallSplitAcrossEventsBecomesToolCallsWithFinishReason) {
     std::vector<json> chunks;
     for (size_t i = 0; i < text.size(); i += split)
       for (json& c : out.on_event(text_event(text.substr(i, split), {1}))) chunks.push_back(std::move(c));
-    for (json& c : out.on_event(final_event("", "stop", 5, 20, 0))) chunks.push_back(std::move(c));
+    for (json& c : out.on_event(final_event("", FinishReason::stop, 5, 20, 0))) chunks.push_back(std::move(c));
 
     EXPECT_EQ(joined(chunks, "content"), "Let me check.");
     std::string name, arguments, id;
@@ -119,7 +119,7 @@ TEST(ChatOutput, ReasoningGoesToReasoningContent) {
   std::vector<json> chunks;
   for (const char* piece : {"<thi", "nk>ponder", "ing</th", "ink>\n\nAnswer"})
     for (json& c : out.on_event(text_event(piece, {1}))) chunks.push_back(std::move(c));
-  for (json& c : out.on_event(final_event("", "stop", 1, 4, 0))) chunks.push_back(std::move(c));
+  for (json& c : out.on_event(final_event("", FinishReason::stop, 1, 4, 0))) chunks.push_back(std::move(c));
   EXPECT_EQ(joined(chunks, "reasoning_content"), "pondering");
   EXPECT_EQ(joined(chunks, "reasoning"), "pondering");
   EXPECT_EQ(joined(chunks, "content"), "Answer");
@@ -141,7 +141,7 @@ TEST(ChatOutput, LogprobsInChunksAndResponse) {
   EXPECT_FLOAT_EQ(lp["logprob"].get<float>(), -0.5f);
   EXPECT_EQ(lp["bytes"], json({116, 55}));
   EXPECT_EQ(lp["top_logprobs"][1]["token"], "t9");
-  out.on_event(final_event("", "stop", 1, 1, 0));
+  out.on_event(final_event("", FinishReason::stop, 1, 1, 0));
   EXPECT_EQ(out.response()["choices"][0]["logprobs"]["content"].size(), 1u);
 }
 
@@ -155,14 +155,14 @@ TEST(ChatOutput, StreamingKeepsNoLogprobsBehind) {
   std::vector<json> chunks = out.on_event(e);
   ASSERT_EQ(chunks.size(), 2u);
   EXPECT_EQ(chunks[1]["choices"][0]["logprobs"]["content"].size(), 1u);
-  out.on_event(final_event("", "stop", 1, 1, 0));
+  out.on_event(final_event("", FinishReason::stop, 1, 1, 0));
   EXPECT_TRUE(out.response()["choices"][0]["logprobs"]["content"].empty());
 
   TextOutput text(ResponseMeta{"cmpl-1", "tiny", 1, false, true, true}, "", token_name);
   chunks = text.on_event(e);
   ASSERT_EQ(chunks.size(), 1u);
   EXPECT_EQ(chunks[0]["choices"][0]["logprobs"]["tokens"], json({"t7"}));
-  text.on_event(final_event("", "stop", 1, 1, 0));
+  text.on_event(final_event("", FinishReason::stop, 1, 1, 0));
   EXPECT_TRUE(text.response()["choices"][0]["logprobs"]["tokens"].empty());
 }
 
@@ -175,7 +175,7 @@ TEST(TextOutput, StreamsTextWithEchoAndCompletionLogprobs) {
   EXPECT_EQ(chunks[0]["object"], "text_completion");
   EXPECT_EQ(chunks[0]["choices"][0]["text"], "Prompt: a");
   EXPECT_EQ(chunks[0]["choices"][0]["logprobs"]["tokens"], json({"t3"}));
-  chunks = out.on_event(final_event(" b", "stop", 3, 2, 1));
+  chunks = out.on_event(final_event(" b", FinishReason::stop, 3, 2, 1));
   ASSERT_EQ(chunks.size(), 3u);  // text, finish, usage
   EXPECT_EQ(chunks[1]["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(chunks[2]["usage"]["completion_tokens"], 2);

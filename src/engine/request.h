@@ -1,0 +1,68 @@
+#pragma once
+// The engine's vocabulary, shared with the server: what a request asks for, what comes back,
+// why it ended, and why it was refused.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/error.h"
+
+namespace ellm {
+
+enum class FinishReason { stop, length, abort, error };
+// "stop", "length", "abort", "error": the OpenAI / vLLM names.
+const char* finish_reason_name(FinishReason reason);
+
+// A request the engine can never run (Engine::submit): `param` names the request field at
+// fault, as OpenAI errors do ("messages" for the prompt, "max_tokens", "temperature", ...).
+struct RequestError : Error {
+  RequestError(std::string param, const std::string& message) : Error(message), param(std::move(param)) {}
+  std::string param;
+};
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy
+  float top_p = 1.0f;
+  int top_k = 0;             // 0 or -1 = off
+  float min_p = 0.0f;
+  std::optional<uint64_t> seed;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  int top_logprobs = -1;     // -1 = no logprobs; 0..20 = chosen token + that many alternatives
+};
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int64_t max_tokens = -1;          // -1 = until the slot's sequence limit
+  std::vector<std::string> stop;    // stop strings, never emitted
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool skip_special_tokens = true;
+  bool use_session_cache = true;
+};
+
+struct TokenLogprob {
+  int32_t id;
+  float logprob;
+  std::vector<std::pair<int32_t, float>> top;  // best alternatives, best first
+};
+
+// One event of a request: a text delta (possibly empty text with new ids), or the end. The end
+// event carries no text or ids, only the reason and the counts; every request gets exactly one.
+// Stop tokens (eos, stop_token_ids) and stop strings never appear in text or ids, but a stop
+// token counts in completion_tokens.
+struct StreamEvent {
+  std::string text;                  // newly completed text (never a broken UTF-8 character)
+  std::vector<int32_t> ids;          // tokens generated since the previous event
+  std::vector<TokenLogprob> logprobs;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::stop;  // when finished
+  std::string error;                 // message when finish_reason is error
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // set when finished
+};
+
+}  // namespace ellm
