@@ -66,8 +66,9 @@ def tier_metric(text, name, tier):
 
 def turn(server, messages, max_tokens):
     """One streamed chat turn; returns (ttft seconds, reply text, usage)."""
+    # logprobs: every chunk that carries a token says so, whatever text (if any) it completes.
     body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}, "chat_template_kwargs": {"enable_thinking": False}}
+            "logprobs": True, "stream_options": {"include_usage": True}, "chat_template_kwargs": {"enable_thinking": False}}
     req = urllib.request.Request(server.base + "/v1/chat/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     start, first, text, usage = time.monotonic(), None, [], {}
@@ -79,7 +80,7 @@ def turn(server, messages, max_tokens):
             chunk = json.loads(line[6:])
             usage = chunk.get("usage") or usage
             for c in chunk.get("choices", []):
-                if first is None and (c["delta"].get("content") or c["delta"].get("reasoning_content")):
+                if first is None and (c.get("logprobs") or {}).get("content"):
                     first = time.monotonic() - start
                 text.append(c["delta"].get("content") or "")
     return first if first is not None else time.monotonic() - start, "".join(text), usage
@@ -132,13 +133,14 @@ def summarize(label, records):
 
 
 def memcpy_gbps(size):
+    """memcpy between two buffers already in RAM (a slice assignment of memoryviews is one memcpy)."""
     src = bytearray(os.urandom(1 << 20)) * (size >> 20)
+    dst = bytearray(len(src))
     best = 0
-    for _ in range(3):
+    for _ in range(5):
         t = time.perf_counter()
-        dst = bytes(src)
+        memoryview(dst)[:] = memoryview(src)
         best = max(best, size / (time.perf_counter() - t) / 1e9)
-        del dst
     return best
 
 
@@ -148,13 +150,18 @@ def sequential_read_gbps(directory, size):
         f.write(os.urandom(1 << 20) * (size >> 20))
         f.flush()
         os.fsync(f.fileno())
-    buf = bytearray(8 << 20)
+    # Session files are read right after being written, so from the page cache; so is this.
+    buf = bytearray(size)
     best = 0
-    for _ in range(3):
+    for _ in range(5):
         t = time.perf_counter()
         with open(path, "rb", buffering=0) as f:
-            while f.readinto(buf):
-                pass
+            view, done = memoryview(buf), 0
+            while done < size:
+                n = f.readinto(view[done:])
+                if not n:
+                    break
+                done += n
         best = max(best, size / (time.perf_counter() - t) / 1e9)
     os.remove(path)
     return best
@@ -203,7 +210,7 @@ def main():
                 seconds = tier_metric(text, "ellm:session_restore_seconds_total", tier)
                 hits = tier_metric(text, "ellm:session_hits_total", tier)
                 if hits:
-                    size = max(64 << 20, int(restored / hits) >> 20 << 20)
+                    size = max(1 << 20, int(restored / hits) >> 20 << 20)  # the mean restore: same cache behaviour
                     limit = memcpy_gbps(size) if tier == "ram" else sequential_read_gbps(tmp, size)
                     rate = restored / max(seconds, 1e-9) / 1e9
                     print(f"{'':<34} restore from {tier}: {int(hits)} restores, {restored / 1e6:.1f} MB, {rate:.2f} GB/s "
