@@ -253,19 +253,32 @@ void Scheduler::drop_cancelled() {
   });
 }
 
-// Moves waiting requests into idle slots, first come first served. A request that cannot start
-// (a failure while making room for it) ends with an error; the queue goes on.
+// Moves waiting requests into idle slots, first come first served, but for requests deferred
+// until a prefill in flight writes the prefix they share with it. A request that cannot start
+// (a failure while making room for it) ends with an error; the queue goes on. The queue's lock
+// is not held while a request is placed: a restore from disk takes a while.
 void Scheduler::admit() {
-  std::lock_guard lock(mutex_);
-  while (!queue_.empty()) {
-    std::shared_ptr<RequestStream> stream = queue_.front().stream;
-    try {
-      if (!place(queue_.front())) return;
-    } catch (const std::exception& e) {
-      stream->push(end_event(FinishReason::error, "could not start the request: " + what(e)));
+  std::vector<QueuedRequest> passed;  // deferred, or the one that must wait: back to the front
+  for (;;) {
+    QueuedRequest queued;
+    {
+      std::lock_guard lock(mutex_);
+      if (queue_.empty()) break;
+      queued = std::move(queue_.front());
+      queue_.pop_front();
     }
-    queue_.pop_front();
+    Placement placement = Placement::placed;
+    try {
+      placement = place(queued);
+    } catch (const std::exception& e) {
+      queued.stream->push(end_event(FinishReason::error, "could not start the request: " + what(e)));
+    }
+    if (placement == Placement::placed) continue;
+    passed.push_back(std::move(queued));
+    if (placement == Placement::wait) break;
   }
+  std::lock_guard lock(mutex_);
+  for (auto it = passed.rbegin(); it != passed.rend(); ++it) queue_.push_front(std::move(*it));
 }
 
 // Copies a slot's session to the store when a client would send enough of it again (its prompt
@@ -341,14 +354,15 @@ int64_t Scheduler::restore_into(Slot& slot, int source, const StoredMatch& store
   return restored;
 }
 
-// Gives the request a slot, or ends it when the KV budget can never hold it. Returns false when
-// it must wait (no idle slot, or running requests hold the budget it needs).
+// Gives the request a slot (placed), or ends it when the KV budget can never hold it (placed
+// too: it is done). wait: no idle slot, or running requests hold the budget it needs. defer: a
+// prefill in flight is writing a longer prefix of its prompt than any held now.
 //
 // Its KV comes from the longest prefix held anywhere: a slot (idle or busy) or the store. The
 // slot it takes is the one that costs least to take; the session that slot held is saved to
 // the store first when its client would resend it. So no session is destroyed to reuse
 // another's shorter prefix, and N conversations sharing a system prompt compute it once.
-bool Scheduler::place(QueuedRequest& queued) {
+Scheduler::Placement Scheduler::place(QueuedRequest& queued) {
   const auto& prompt = queued.request.prompt;
   const bool use_cache = options_.session_cache && queued.request.use_session_cache;
   const int64_t reusable = int64_t(prompt.size()) - 1;  // the last token is computed for its logits
@@ -357,8 +371,18 @@ bool Scheduler::place(QueuedRequest& queued) {
   const bool from_store = stored.tokens > hot.tokens;
   const int source = from_store ? -1 : hot.slot;
   int64_t reuse = from_store ? stored.tokens : hot.tokens;
+  // A prefill in flight will write a longer prefix of this prompt (agents arriving together
+  // with one system prompt, the n choices of one request): wait for it, and copy it then.
+  if (use_cache)
+    for (int s = 0; s < int(active_.size()); ++s) {
+      const ActiveRequest* other = active_[s].get();
+      if (!other || int64_t(slots_[s].tokens.size()) >= other->prompt_len) continue;
+      std::span<const int32_t> other_prompt(other->sequence.data(), size_t(other->prompt_len));
+      if (std::min<int64_t>(common_prefix(other_prompt, prompt), reusable) >= reuse + SessionStore::kBlock)
+        return Placement::defer;
+    }
   const int target = choose_slot(slots_, source, reuse);
-  if (target < 0) return false;
+  if (target < 0) return Placement::wait;
   Slot& slot = slots_[target];
   const bool in_place = target == source;
 
@@ -376,12 +400,12 @@ bool Scheduler::place(QueuedRequest& queued) {
       slot.kv_high = reserve;
     }
     if (!make_room(slot.index, source, reserve)) {
-      if (running_ > 0) return false;  // running requests will give their reservations back
+      if (running_ > 0) return Placement::wait;  // running requests will give their reservations back
       const double per_token = double(model_.kv_bytes_per_token());
       queued.stream->push(end_event(
           FinishReason::error, "KV memory budget exceeded: the request needs " + mib(reserve * per_token) +
                        " of KV cache, the budget is " + mib(budget_positions_ * per_token)));
-      return true;
+      return Placement::placed;
     }
   }
   // A stored session may vanish before it is read (another server replaced its file): then the
@@ -409,7 +433,7 @@ bool Scheduler::place(QueuedRequest& queued) {
   ++running_;
   local_metrics_.prompt_tokens_total += n_prompt;
   local_metrics_.cached_tokens_total += reuse;
-  return true;
+  return Placement::placed;
 }
 
 // One pass: a decode token for every generating slot, then prefill up to the chunk size.

@@ -69,7 +69,8 @@ class Scheduler {
   void step();
   void drop_cancelled();
   void admit();
-  bool place(QueuedRequest& queued);
+  enum class Placement { placed, wait, defer };
+  Placement place(QueuedRequest& queued);
   int64_t restore_into(Slot& slot, int source, const StoredMatch& stored, int64_t reuse);
   void save(const Slot& slot, int64_t keep);
   void forget(Slot& slot);

@@ -109,6 +109,29 @@ TEST(SessionStore, ASharedSystemPromptIsComputedOnce) {
   EXPECT_GE(engine->metrics().cached_tokens_total, 5 * 256);
 }
 
+// Agents arriving at once with one system prompt (or the n choices of one request): the later
+// ones wait for the first one's prefill and copy its rows, so the prompt is computed once.
+TEST(SessionStore, AgentsArrivingTogetherComputeTheirSharedPromptOnce) {
+  auto [model, engine] = make_engine(limits(4096, 4));
+  auto system = prompt_of(400, 77);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(system);
+    auto tail = prompt_of(20, 100 + i);
+    prompts.back().insert(prompts.back().end(), tail.begin(), tail.end());
+    streams.push_back(engine->submit(greedy(prompts.back(), 5)));
+  }
+  int64_t cached = 0;
+  for (int i = 0; i < 4; ++i) {
+    Outcome out = collect(streams[i]);
+    EXPECT_EQ(out.ids, fake_greedy(prompts[i], 5));
+    cached += out.end.cached_tokens;
+  }
+  EXPECT_EQ(cached, 3 * 400);
+  EXPECT_EQ(model->tokens_fed(), 400 + 4 * 20 + 4 * 4);
+}
+
 // Small budgets: 8 conversations through 2 slots, a RAM tier that holds about two of them, and a
 // disk tier: sessions move hot -> RAM -> disk and back, and the output never changes.
 TEST(SessionStore, SessionsMoveBetweenTiersUnderSmallBudgets) {
