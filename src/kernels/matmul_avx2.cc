@@ -7,6 +7,13 @@
 // Decode (up to kRows rows) goes block by block over whole panels instead, so each member reads
 // its weights as one front-to-back stream, left to the hardware prefetchers: software prefetch
 // 1 KiB ahead made batch-1 decode 10-20% slower on an AMD EPYC VM (as in the AVX-512 twin).
+//
+// Every output element is one FMA chain over k in order, started from y (accumulate) or zero,
+// whatever the tile: a row's result is the same bits whether the product has 1 row or 1000 and
+// wherever the row sits in it (one-shot prefill must equal chunked feeding). One row alone
+// would wait on the FMA latency with a single block's two chains, so it takes kWide blocks at
+// once (2 * kWide independent chains) instead of splitting k over several accumulators, which
+// summed in another order than the multi-row tiles and made decode differ from prefill.
 #include <immintrin.h>
 
 #include <cstring>
@@ -23,6 +30,31 @@ constexpr int kRows = 6;
 constexpr int64_t kChunk = 256;                 // k per chunk
 constexpr int64_t kGroupRows = 8 * kRows;       // x group: 48 x 256 floats = 48 KiB of stack
 
+// The 16 outputs of one row and one block are two vectors, acc[0] (columns 0-7) and acc[1]; the
+// helpers below are the only arithmetic on them, the same in every tile.
+using Acc = __m256[2];
+
+inline void load_acc(const float* y, bool load_y, Acc& acc) {
+  acc[0] = load_y ? _mm256_loadu_ps(y) : _mm256_setzero_ps();
+  acc[1] = load_y ? _mm256_loadu_ps(y + 8) : _mm256_setzero_ps();
+}
+
+inline void store_acc(float* y, const Acc& acc) {
+  _mm256_storeu_ps(y, acc[0]);
+  _mm256_storeu_ps(y + 8, acc[1]);
+}
+
+// The block's 16 weights of one k (wk), widened to FP32.
+inline void load_weights(const bf16* wk, __m256& w0, __m256& w1) {
+  w0 = bf16x8_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wk)));
+  w1 = bf16x8_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wk + 8)));
+}
+
+inline void fma_step(__m256 a, __m256 w0, __m256 w1, Acc& acc) {
+  acc[0] = _mm256_fmadd_ps(a, w0, acc[0]);
+  acc[1] = _mm256_fmadd_ps(a, w1, acc[1]);
+}
+
 // y[R][cols] (=|+=) xf[R][len] . W-block (w at the chunk's first k); xf rows ldxf apart.
 template <int R>
 void tile(const float* xf, int64_t ldxf, const bf16* w, int64_t len, float* y, int64_t ldy,
@@ -35,53 +67,38 @@ void tile(const float* xf, int64_t ldxf, const bf16* w, int64_t len, float* y, i
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < kCols; ++c) edge[r * kCols + c] = load_y && c < cols ? y[r * ldy + c] : 0;
   }
-  __m256 acc[R][2];
+  Acc acc[R];
 #pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
-    acc[r][0] = load_y || out == edge ? _mm256_loadu_ps(out + r * ld) : _mm256_setzero_ps();
-    acc[r][1] = load_y || out == edge ? _mm256_loadu_ps(out + r * ld + 8) : _mm256_setzero_ps();
-  }
-  int64_t kk = 0;
-  if (R == 1) {
-    // One row: a single accumulator pair would wait on the FMA latency every k, so four pairs
-    // take k in turn and are added at the end.
-    __m256 more[3][2];
-    for (auto& m : more) m[0] = m[1] = _mm256_setzero_ps();
-    for (; kk + 4 <= len; kk += 4) {
-      const bf16* wk = w + kk * kCols;
-#pragma GCC unroll 4
-      for (int u = 0; u < 4; ++u) {
-        __m256 w0 = bf16x8_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wk + u * kCols)));
-        __m256 w1 = bf16x8_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wk + u * kCols + 8)));
-        __m256 a = _mm256_broadcast_ss(xf + kk + u);
-        __m256* pair = u == 0 ? acc[0] : more[u - 1];
-        pair[0] = _mm256_fmadd_ps(a, w0, pair[0]);
-        pair[1] = _mm256_fmadd_ps(a, w1, pair[1]);
-      }
-    }
-    for (auto& m : more) {
-      acc[0][0] = _mm256_add_ps(acc[0][0], m[0]);
-      acc[0][1] = _mm256_add_ps(acc[0][1], m[1]);
-    }
-  }
-  for (; kk < len; ++kk) {
-    const bf16* wk = w + kk * kCols;
-    __m256 w0 = bf16x8_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wk)));
-    __m256 w1 = bf16x8_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wk + 8)));
+  for (int r = 0; r < R; ++r) load_acc(out + r * ld, load_y || out == edge, acc[r]);
+  for (int64_t kk = 0; kk < len; ++kk) {
+    __m256 w0, w1;
+    load_weights(w + kk * kCols, w0, w1);
 #pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      __m256 a = _mm256_broadcast_ss(xf + r * ldxf + kk);
-      acc[r][0] = _mm256_fmadd_ps(a, w0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(a, w1, acc[r][1]);
-    }
+    for (int r = 0; r < R; ++r) fma_step(_mm256_broadcast_ss(xf + r * ldxf + kk), w0, w1, acc[r]);
   }
 #pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(out + r * ld, acc[r][0]);
-    _mm256_storeu_ps(out + r * ld + 8, acc[r][1]);
-  }
+  for (int r = 0; r < R; ++r) store_acc(out + r * ld, acc[r]);
   if (out == edge)
     for (int r = 0; r < R; ++r) std::memcpy(y + r * ldy, edge + r * kCols, cols * sizeof(float));
+}
+
+// One row x kWide whole column blocks (y[0][kWide * kCols]); w is the first block's panel at the
+// chunk's first k, the next blocks' panels ldw elements apart. Same arithmetic per element as tile<1>.
+constexpr int kWide = 4;
+void row_wide(const float* xf, const bf16* w, int64_t ldw, int64_t len, float* y, bool load_y) {
+  Acc acc[kWide];
+#pragma GCC unroll 4
+  for (int b = 0; b < kWide; ++b) load_acc(y + b * kCols, load_y, acc[b]);
+  for (int64_t kk = 0; kk < len; ++kk) {
+    __m256 a = _mm256_broadcast_ss(xf + kk), w0, w1;
+#pragma GCC unroll 4
+    for (int b = 0; b < kWide; ++b) {
+      load_weights(w + b * ldw + kk * kCols, w0, w1);
+      fma_step(a, w0, w1, acc[b]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int b = 0; b < kWide; ++b) store_acc(y + b * kCols, acc[b]);
 }
 
 using TileFn = decltype(&tile<1>);
@@ -111,9 +128,17 @@ void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float
       for (int64_t c0 = 0; c0 < w.k; c0 += chunk) {
         int64_t len = std::min(chunk, w.k - c0);
         for (int64_t r = 0; r < m; ++r) convert_bf16_to_f32(x + r * ldx + c0, xf + r * chunk, len);
-        for (int64_t b = b0; b < b1; ++b)
-          kTiles[m](xf, chunk, w.data.get() + (b * w.k + c0) * kCols, len, y + b * kCols, ldy,
-                    w.n - b * kCols, accumulate || c0 > 0);
+        bool load_y = accumulate || c0 > 0;
+        for (int64_t b = b0; b < b1;) {
+          const bf16* panel = w.data.get() + (b * w.k + c0) * kCols;
+          if (m == 1 && b + kWide <= b1 && (b + kWide) * kCols <= w.n) {  // whole blocks only
+            row_wide(xf, panel, w.k * kCols, len, y + b * kCols, load_y);
+            b += kWide;
+          } else {
+            kTiles[m](xf, chunk, panel, len, y + b * kCols, ldy, w.n - b * kCols, load_y);
+            ++b;
+          }
+        }
       }
     });
     return;

@@ -171,6 +171,40 @@ TEST(Attention, RealThreadTeam) {
   }
 }
 
+// A query's output must not depend on the pass it is in: a prompt attended in one pass equals
+// the same queries fed in smaller passes over the same cache (chunked prefill, then decode), to
+// the bit, on every tier and member count. Head dims off 64 and 128, so decode runs the same
+// block kernel as prefill (those two have their own decode kernel, checked against the naive
+// result above); contexts under 512, so no pass is split along positions.
+TEST(Attention, QueryResultDoesNotDependOnThePass) {
+  const int64_t n = 95;
+  const std::vector<int64_t> feeds = {48, 1, 1, 1, 20, 1, 13, 1, 9};  // sums to 95
+  for (auto [heads, kv, hd] : {std::tuple{4, 2, 32}, std::tuple{6, 2, 24}}) {
+    Problem p(heads, kv, hd, {{n, 0}});
+    for (Isa isa : supported_isas()) {
+      IsaScope scope(isa);
+      for (int members : {1, 2}) {
+        p.run(members, nullptr);
+        std::vector<float> fed(p.out[0].size(), -7.0f);
+        std::vector<float> scratch(attention_scratch_floats(p.shape, n, 1, members), 0.0f);
+        int64_t q0 = 0;
+        for (int64_t count : feeds) {
+          AttentionSeq seq{p.q[0].data() + q0 * p.shape.ldq, fed.data() + q0 * p.shape.ldo, count,
+                           q0, p.k[0].data(), p.v[0].data()};
+          for (int member = 0; member < members; ++member)
+            attention(&seq, 1, p.shape, scratch.data(), member, members);
+          q0 += count;
+        }
+        ASSERT_EQ(q0, n);
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t c = 0; c < heads * hd; ++c)
+            ASSERT_EQ(fed[i * p.shape.ldo + c], p.out[0][i * p.shape.ldo + c])
+                << label(isa, members) << " hd=" << hd << " query " << i << " element " << c;
+      }
+    }
+  }
+}
+
 TEST(Attention, ScaleOfLargeScoresStaysFinite) {
   // Scores around 1e3 would overflow a softmax without the running max.
   Problem p(2, 1, 8, {{5, 10}});

@@ -141,6 +141,47 @@ TEST(Matmul, TiersAgreeWithScalarTwin) {
   }
 }
 
+// A row's result must not depend on the pass it is in: one-shot prefill has to equal feeding the
+// same tokens chunk by chunk (and decode), so a product of m rows must give every row the same
+// bits as that row alone or in any other block of rows, on every tier. The AVX2 one-row tile
+// used to split k over four accumulators, summing in another order than its multi-row tiles.
+TEST(Matmul, RowResultDoesNotDependOnThePass) {
+  // n: whole blocks on every tier plus a partial one; k over AVX2 decode chunks (2048 at 6
+  // rows) and over a prefill chunk, with tails.
+  const int64_t M = 53, n = 16 * 9 + 5, k = 2600, ldx = k + 3, ldy = n + 1;
+  auto x = random_bf16(M * ldx, 21);
+  auto w = random_bf16(n * k, 22, -2, 2);
+  auto start = random_floats(M * ldy, 23);
+  ThreadTeam team(2, /*pin=*/false);
+  alignas(64) std::atomic<int64_t> pool{0};
+  for (Isa isa : supported_isas()) {
+    PackedWeights packed = pack_weights(w.data(), n, k, isa);
+    for (bool accumulate : {false, true}) {
+      // All rows in one pass, by one member.
+      std::vector<float> whole = start;
+      matmul(x.data(), M, ldx, packed, whole.data(), ldy, accumulate, 0, 1);
+      // The same rows in passes of every size from 1 to 13 rows (decode and prefill tiles, at
+      // every offset in a tile), on two members sharing work as decode does.
+      for (int64_t rows = 1; rows <= 13; ++rows) {
+        std::vector<float> parts = start;
+        for (int64_t r0 = 0; r0 < M; r0 += rows) {
+          int64_t m = std::min(rows, M - r0);
+          pool.store(0);
+          team.run([&](int member, int members) {
+            matmul(x.data() + r0 * ldx, m, ldx, packed, parts.data() + r0 * ldy, ldy, accumulate,
+                   member, members, &pool);
+          });
+        }
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < n; ++j)
+            ASSERT_EQ(whole[i * ldy + j], parts[i * ldy + j])
+                << isa_name(isa) << ": row " << i << " column " << j << " in passes of " << rows
+                << " rows" << (accumulate ? " (accumulate)" : "");
+      }
+    }
+  }
+}
+
 TEST(Matmul, RejectsEmptyMatrix) {
   bf16 w = 0;
   EXPECT_THROW(pack_weights(&w, 0, 4, Isa::scalar), Error);
