@@ -160,6 +160,8 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   fit_to_sequence(request.generate);
 
   ResponseMeta meta{random_id("chatcmpl-"), options.model_name, unix_time(), request.include_usage, request.logprobs, request.stream};
+  meta.continuous_usage = request.stream && request.continuous_usage;
+  meta.prompt_tokens = static_cast<int64_t>(request.generate.prompt.size());
   auto parser = std::make_unique<OutputParser>(parse_tools ? options.tool_call_format : ToolCallFormat::none,
                                                options.parse_reasoning, prompt_opens_reasoning(prompt), json(tools));
   auto output = std::make_shared<ChatOutput>(std::move(meta), std::move(parser), [this](int32_t id) { return token_text(id); });
@@ -182,6 +184,8 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
     echo = request.prompt_is_ids ? engine.tokenizer().decode(request.prompt_ids, false) : request.prompt_text;
 
   ResponseMeta meta{random_id("cmpl-"), options.model_name, unix_time(), request.include_usage, request.logprobs, request.stream};
+  meta.continuous_usage = request.stream && request.continuous_usage;
+  meta.prompt_tokens = static_cast<int64_t>(request.generate.prompt.size());
   auto output = std::make_shared<TextOutput>(std::move(meta), std::move(echo), [this](int32_t id) { return token_text(id); });
   respond(submit(std::move(request.generate)), output, request.stream, res);
 }
