@@ -94,8 +94,16 @@ void Server::Impl::respond(std::shared_ptr<RequestStream> stream, std::shared_pt
   auto guard = std::make_shared<InFlight>(in_flight);
 
   if (!streaming) {
+    // Nothing is written until the end, so a client that hangs up is noticed by looking at its
+    // socket (as the stream's keep-alives do for streams): then the request is cancelled and
+    // its slot freed within an engine step.
+    auto next_check = Clock::now();
     while (!output->finished()) {
       if (past_grace()) stream->cancel();
+      if (Clock::now() >= next_check) {
+        if (HttpServer::client_gone()) stream->cancel();
+        next_check = Clock::now() + std::chrono::milliseconds(kPollMs);
+      }
       std::optional<StreamEvent> event = stream->next(kPollMs);
       if (!event) continue;
       if (event->finished && event->finish_reason == "error")
