@@ -7,6 +7,19 @@ namespace ellm {
 void log_info(const std::string& msg) { std::fprintf(stderr, "%s\n", msg.c_str()); }
 void log_warn(const std::string& msg) { std::fprintf(stderr, "warning: %s\n", msg.c_str()); }
 
+std::string format_bytes(double bytes) {
+  static const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return std::to_string(static_cast<long long>(bytes)) + " bytes";
+  int unit = -1;
+  while (bytes >= 1024 && unit < 3) {
+    bytes /= 1024;
+    unit++;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f %s", bytes, units[unit]);
+  return text;
+}
+
 Progress::Progress(std::string label, size_t total)
     : label_(std::move(label)), total_(total ? total : 1), tty_(isatty(2)) {}
 

@@ -8,6 +8,10 @@ namespace ellm {
 void log_info(const std::string& msg);
 void log_warn(const std::string& msg);
 
+// A byte count in the largest binary unit that keeps it at 1 or more, one decimal:
+// "512 bytes", "1.5 KiB", "28.0 MiB", "1.2 GiB", "3.0 TiB".
+std::string format_bytes(double bytes);
+
 // "loading weights  37% (120/311 tensors)": call update() as work advances, done() at the end.
 class Progress {
  public:

@@ -65,7 +65,8 @@ int cmd_serve(int argc, char** argv) {
   std::string session_memory, session_dir, session_disk;
   int port = 8000, threads = 0;
   int64_t sequence_length = 0, batch_size = 4, chunk_size = 0, max_queue = 64;
-  double shutdown_grace = 10;
+  double shutdown_grace = 10, request_deadline = 60, write_timeout = 30;
+  int max_connections = 512, max_per_client = 64;
   bool no_session_cache = false;
   app.add_option("--model-path", model_path, "Hugging Face model folder")->required();
   app.add_option("--host", host, "address to listen on")->capture_default_str();
@@ -83,6 +84,15 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--tool-call-parser", tool_parser, "hermes, qwen3_coder or none (default: from the template)");
   app.add_option("--max-body-size", max_body, "largest request body, e.g. 8M")->capture_default_str();
   app.add_option("--shutdown-grace", shutdown_grace, "seconds in-flight requests get on SIGTERM")->capture_default_str();
+  app.add_option("--max-connections", max_connections, "connections served at once (one thread each)")->capture_default_str();
+  app.add_option("--max-connections-per-client", max_per_client,
+                 "connections one client address may hold; more get 429 (0 = no cap; raise it behind a load balancer)")
+      ->capture_default_str();
+  app.add_option("--request-deadline", request_deadline, "seconds a request's header and body may take to arrive")
+      ->capture_default_str();
+  app.add_option("--write-timeout", write_timeout,
+                 "seconds one write to a client (a response, or a chunk of a stream) may take")
+      ->capture_default_str();
   app.add_flag("--no-session-cache", no_session_cache, "never reuse cached KV, and keep no session store");
   app.add_option("--session-memory", session_memory,
                  "RAM for sessions that left their slot, e.g. 4G (default: a quarter of RAM, at most 16G)");
@@ -156,8 +166,15 @@ int cmd_serve(int argc, char** argv) {
   server_options.tool_call_format =
       tool_parser.empty() ? detect_tool_call_format(chat_template.source()) : tool_call_format_by_name(tool_parser);
   server_options.parse_reasoning = chat_template.source().find("</think>") != std::string::npos;
-  // One HTTP thread per connection that can be generating or queued, plus a few for the rest.
-  server_options.http_threads = static_cast<int>(std::min<int64_t>(batch_size + max_queue + 8, 512));
+  if (max_connections < 1 || max_per_client < 0 || request_deadline <= 0 || write_timeout <= 0)
+    throw Error("serve: --max-connections, --request-deadline and --write-timeout must be positive, "
+                "--max-connections-per-client not negative");
+  // At least one connection for every request that can be generating or queued, plus a few.
+  server_options.connections.max_connections =
+      static_cast<int>(std::max<int64_t>(max_connections, batch_size + max_queue + 8));
+  server_options.connections.max_per_client = max_per_client;
+  server_options.connections.request_deadline = std::chrono::milliseconds(static_cast<int64_t>(request_deadline * 1000));
+  server_options.connections.write_timeout = std::chrono::milliseconds(static_cast<int64_t>(write_timeout * 1000));
 
   EngineOptions engine_options;
   engine_options.max_queue = max_queue;

@@ -53,11 +53,15 @@ struct Plan {
   int64_t chunk_cap;      // most chunks per split sequence (per KV head)
   int64_t whole_chunk_cap;  // most chunks of a whole-sequence item
   int64_t head_groups;      // parts (by KV heads) of a whole-sequence item too short to split
+  // AMX tier: its block caches packed K/V in the scratch. amx::clear_attention_cache() is
+  // compiled for that tier (AVX-512 stores: SIGILL on an AVX2 CPU), so only then is it called.
+  bool amx;
 };
 
 Plan make_plan(const AttentionShape& s, int n_members, Isa isa) {
   Plan p;
   p.group = s.n_heads / s.n_kv_heads;
+  p.amx = isa == Isa::amx;
   p.tile_queries = std::max<int64_t>(1, (isa == Isa::amx ? kAmxTileRows : kTileRows) / p.group);
   p.max_rows = p.tile_queries * p.group;
   p.acc_rows = (p.max_rows + 15) / 16 * 16;
@@ -169,9 +173,7 @@ void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& sha
     kernels.all_heads(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, it.heads,
                       group, per_head, first_end, seq.k + it.kv_head * hd, seq.v + it.kv_head * hd,
                       shape.kv_row_stride, it.p0, it.p1, hd, shape.scale, m, l, acc, s);
-    // It wrote over the AMX block's cache tag. Only on AMX: that tier's file is compiled for
-    // AVX-512, so even its fill may not run elsewhere.
-    if (active_isa() == Isa::amx) amx::clear_attention_cache(s);
+    if (plan.amx) amx::clear_attention_cache(s);  // it wrote over the AMX block's cache tag
   }
   else if (it.heads == 1)  // one call for the whole range: the kernel prepares q once
     kernels.block(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, group, per_head,
@@ -269,7 +271,7 @@ void attention(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& s
   float* work = scratch + kHeaderFloats + member * plan.work_floats;
   float* partials = scratch + kHeaderFloats + n_members * plan.work_floats;
   // The K/V an AMX block packed in an earlier pass (another layer or sequence) is stale.
-  if (isa == Isa::amx) amx::clear_attention_cache(work + 2 * plan.max_rows + plan.acc_rows * shape.head_dim);
+  if (plan.amx) amx::clear_attention_cache(work + 2 * plan.max_rows + plan.acc_rows * shape.head_dim);
 
   int64_t total = 0;
   for_each_item(seqs, n_seqs, shape, plan, splitting, [&](const Item& it) { total += item_cost(it); });

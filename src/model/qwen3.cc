@@ -22,8 +22,6 @@ ServingLimits resolve(ServingLimits limits) {
   return limits;
 }
 
-std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
-
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& model_dir, const ServingLimits& limits) {
@@ -60,11 +58,10 @@ Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
   char line[256];
   std::snprintf(
       line, sizeof line,
-      "loaded %s in %.2f s (%s, %d threads): weights %s, resident %s, KV reserved %.1f GiB "
-      "(%zu KiB per token)",
-      model_dir.c_str(), seconds, isa_name(active_isa()), team_.size(), mib(weights_.bytes).c_str(),
-      mib(process_resident_bytes()).c_str(), double(kv_.reserved_bytes()) / double(1ull << 30),
-      kv_.bytes_per_token() >> 10);
+      "loaded %s in %.2f s (%s, %d threads): weights %s, resident %s, KV reserved %s (%s per token)",
+      model_dir.c_str(), seconds, isa_name(active_isa()), team_.size(), format_bytes(double(weights_.bytes)).c_str(),
+      format_bytes(double(process_resident_bytes())).c_str(), format_bytes(double(kv_.reserved_bytes())).c_str(),
+      format_bytes(double(kv_.bytes_per_token())).c_str());
   log_info(line);
 }
 

@@ -105,6 +105,8 @@ SamplingRequest parse_sampling(const json& body, const SamplingParams& defaults)
   if (const json* opts = field(body, "stream_options")) {
     if (!opts->is_object()) throw_bad_request("'stream_options' must be an object", "stream_options");
     if (auto v = bool_field(*opts, "include_usage")) r.include_usage = *v;
+    // vLLM: every chunk carries the usage so far; only together with include_usage.
+    if (auto v = bool_field(*opts, "continuous_usage_stats")) r.continuous_usage = *v && r.include_usage;
   }
   if (auto n = int_field(body, "n"); n && *n != 1)
     throw_bad_request("'n' must be 1: ellm returns one choice per request", "n");

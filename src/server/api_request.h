@@ -33,6 +33,7 @@ struct SamplingRequest {
   std::string model;  // "" = not given
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats (with include_usage)
   bool logprobs = false;
   GenerateRequest generate;    // everything but the prompt; max_tokens -1 when not given
 };

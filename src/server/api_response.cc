@@ -57,6 +57,16 @@ json chat_logprob_entries(const std::vector<TokenLogprob>& lps, const TokenText&
   return entries;
 }
 
+// stream_options.continuous_usage_stats: each chunk that has no usage yet gets the counts so far.
+void add_running_usage(std::vector<json>& chunks, const ResponseMeta& meta, int64_t completion_tokens) {
+  if (!meta.continuous_usage) return;
+  for (json& c : chunks)
+    if (!c.contains("usage"))
+      c["usage"] = {{"prompt_tokens", meta.prompt_tokens},
+                    {"completion_tokens", completion_tokens},
+                    {"total_tokens", meta.prompt_tokens + completion_tokens}};
+}
+
 void append(OutputDelta& into, OutputDelta&& more) {
   into.content += more.content;
   into.reasoning += more.reasoning;
@@ -92,6 +102,7 @@ std::vector<json> ChatOutput::on_event(const StreamEvent& event) {
   }
   OutputDelta delta = parser_->push(event.text);
   if (event.finished) append(delta, parser_->finish());
+  completion_tokens_ = event.finished ? event.completion_tokens : completion_tokens_ + int64_t(event.ids.size());
 
   json logprobs = nullptr;
   if (meta_.logprobs && !event.logprobs.empty()) {
@@ -140,6 +151,7 @@ std::vector<json> ChatOutput::on_event(const StreamEvent& event) {
       chunks.push_back(std::move(usage));
     }
   }
+  add_running_usage(chunks, meta_, completion_tokens_);
   return chunks;
 }
 
@@ -206,6 +218,7 @@ std::vector<json> TextOutput::on_event(const StreamEvent& event) {
   if (finished_) return chunks;
   std::string text = std::move(pending_echo_) + event.text;
   pending_echo_.clear();
+  completion_tokens_ = event.finished ? event.completion_tokens : completion_tokens_ + int64_t(event.ids.size());
   json logprobs = nullptr;
   if (meta_.logprobs && !event.logprobs.empty()) {
     logprobs = logprobs_for(event.logprobs, text_.size());
@@ -226,6 +239,7 @@ std::vector<json> TextOutput::on_event(const StreamEvent& event) {
       chunks.push_back(std::move(usage));
     }
   }
+  add_running_usage(chunks, meta_, completion_tokens_);
   return chunks;
 }
 

@@ -33,6 +33,8 @@ struct ResponseMeta {
   // Streaming: only the chunks are sent, so the logprobs are not also kept for response(); a
   // stalled reader's request then costs its unsent chunks, not a JSON copy of every logprob.
   bool streaming = false;
+  bool continuous_usage = false;  // streaming: every chunk carries the usage so far (vLLM)
+  int64_t prompt_tokens = 0;      // for that usage
 };
 
 class ChatOutput {
@@ -55,6 +57,7 @@ class ChatOutput {
   std::unique_ptr<OutputParser> parser_;
   TokenText token_text_;
   bool sent_role_ = false, finished_ = false, made_tool_calls_ = false;
+  int64_t completion_tokens_ = 0;  // so far
   nlohmann::json logprobs_ = nlohmann::json::array();
   StreamEvent last_;
 };
@@ -76,6 +79,7 @@ class TextOutput {
   std::string pending_echo_;
   TokenText token_text_;
   bool finished_ = false;
+  int64_t completion_tokens_ = 0;  // so far
   nlohmann::json logprobs_ = {{"tokens", nlohmann::json::array()},
                               {"token_logprobs", nlohmann::json::array()},
                               {"top_logprobs", nlohmann::json::array()},

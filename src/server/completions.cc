@@ -78,8 +78,16 @@ void Server::Impl::respond(std::shared_ptr<RequestStream> stream, std::shared_pt
   auto guard = std::make_shared<InFlight>(in_flight);
 
   if (!streaming) {
+    // Nothing is written until the end, so a client that hangs up is noticed by looking at its
+    // socket (as the stream's keep-alives do for streams): then the request is cancelled and
+    // its slot freed within an engine step.
+    auto next_check = Clock::now();
     while (!output->finished()) {
       if (past_grace()) stream->cancel();
+      if (Clock::now() >= next_check) {
+        if (HttpServer::client_gone()) stream->cancel();
+        next_check = Clock::now() + std::chrono::milliseconds(kPollMs);
+      }
       std::optional<StreamEvent> event = stream->next(kPollMs);
       if (!event) continue;
       if (event->finished && event->finish_reason == FinishReason::error)
@@ -143,6 +151,8 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   request.generate.prompt = engine.encode(prompt);
 
   ResponseMeta meta{random_id("chatcmpl-"), options.model_name, unix_time(), request.include_usage, request.logprobs, request.stream};
+  meta.continuous_usage = request.stream && request.continuous_usage;
+  meta.prompt_tokens = static_cast<int64_t>(request.generate.prompt.size());
   auto parser = std::make_unique<OutputParser>(parse_tools ? options.tool_call_format : ToolCallFormat::none,
                                                options.parse_reasoning, prompt_opens_reasoning(prompt), json(tools));
   auto output = std::make_shared<ChatOutput>(std::move(meta), std::move(parser), [this](int32_t id) { return engine.token_text(id); });
@@ -158,6 +168,8 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
     echo = request.prompt_is_ids ? engine.decode(request.prompt_ids, false) : request.prompt_text;
 
   ResponseMeta meta{random_id("cmpl-"), options.model_name, unix_time(), request.include_usage, request.logprobs, request.stream};
+  meta.continuous_usage = request.stream && request.continuous_usage;
+  meta.prompt_tokens = static_cast<int64_t>(request.generate.prompt.size());
   auto output = std::make_shared<TextOutput>(std::move(meta), std::move(echo), [this](int32_t id) { return engine.token_text(id); });
   respond(submit(std::move(request.generate)), output, request.stream, res);
 }

@@ -45,6 +45,9 @@ size_t parse_byte_size(const std::string& text, const std::string& what) {
 
 namespace {
 
+// How long a draining server keeps accepting connections (to answer them 503).
+constexpr std::chrono::milliseconds kListenerLinger{500};
+
 const char* route_label(const std::string& path) {
   static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
                                 "/metrics", "/tokenize", "/detokenize"};
@@ -59,13 +62,9 @@ bool needs_auth(const std::string& path) { return path.rfind("/v1/", 0) == 0 || 
 
 Server::Impl::Impl(Engine& engine, const ChatTemplate& chat_template, ServerOptions opts)
     : engine(engine), chat_template(chat_template), options(std::move(opts)),
-      sequence_length(engine.sequence_length()) {
-  const int threads = std::max(4, options.http_threads);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+      sequence_length(engine.sequence_length()), http(options.connections) {
   http.set_payload_max_length(options.max_body_bytes);
   http.set_tcp_nodelay(true);
-  http.set_read_timeout(30);
-  http.set_write_timeout(30);
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!options.api_key.empty() && needs_auth(req.path) &&
@@ -131,7 +130,11 @@ Server::Impl::Impl(Engine& engine, const ChatTemplate& chat_template, ServerOpti
   http.Delete("/v1/sessions", [this](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, {{"dropped", this->engine.drop_sessions()}});
   });
-  http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+  // A load balancer takes a draining server out of rotation on the first 503.
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (draining.load()) send_error(res, ApiError(503, "service_unavailable", "the server is shutting down"));
+    else res.status = 200;
+  });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(prometheus_text(this->engine.metrics(), counters, options.model_name), "text/plain; version=0.0.4");
   });
@@ -208,10 +211,12 @@ int Server::bind(const std::string& host, int port) {
   if (port == 0) {
     int bound = impl_->http.bind_to_any_port(host);
     if (bound <= 0) throw Error("serve: cannot bind " + host + " to any port");
+    impl_->http.widen_backlog();
     return bound;
   }
   if (!impl_->http.bind_to_port(host, port))
     throw Error("serve: cannot listen on " + host + ":" + std::to_string(port) + " (address in use or not available)");
+  impl_->http.widen_backlog();
   return port;
 }
 
@@ -220,12 +225,21 @@ void Server::run() { impl_->http.listen_after_bind(); }
 void Server::shutdown(std::chrono::milliseconds grace) {
   using namespace std::chrono;
   Impl& s = *impl_;
-  s.grace_deadline_ns.store((steady_clock::now() + grace).time_since_epoch().count());
-  s.draining.store(true);
-  // In-flight requests finish or, past the grace period, cancel themselves (see respond()).
-  auto give_up = steady_clock::now() + grace + seconds(5);
-  while (s.in_flight.load() > 0 && steady_clock::now() < give_up) std::this_thread::sleep_for(milliseconds(20));
-  s.http.stop();
+  const auto start = steady_clock::now();
+  s.grace_deadline_ns.store((start + grace).time_since_epoch().count());
+  s.draining.store(true);  // from now on /health and new requests answer 503
+  s.http.begin_drain();
+  // Keep listening a moment, so a load balancer polling /health sees the 503 rather than a
+  // refused connection it might take for a network fault; then refuse new connections.
+  std::this_thread::sleep_for(std::min<milliseconds>(grace, kListenerLinger));
+  s.http.close_listener();
+  // In-flight requests finish or, past the grace period, cancel themselves (see respond()) and
+  // end within an engine step; their connections close once the last bytes are written (idle
+  // ones at once). A client that does not take its last bytes is cut off a little later.
+  const auto give_up = start + grace + seconds(3);
+  while ((s.in_flight.load() > 0 || s.http.connections() > 0) && steady_clock::now() < give_up)
+    std::this_thread::sleep_for(milliseconds(20));
+  s.http.drop_connections();
 }
 
 }  // namespace ellm

@@ -9,6 +9,7 @@
 
 #include "engine/engine.h"
 #include "engine/output_parser.h"
+#include "server/http_server.h"
 
 namespace ellm {
 
@@ -21,7 +22,7 @@ struct ServerOptions {
   size_t max_body_bytes = 8u << 20;       // larger bodies get 413
   ToolCallFormat tool_call_format = ToolCallFormat::none;
   bool parse_reasoning = true;            // split <think>...</think> into reasoning_content
-  int http_threads = 16;                  // concurrent connections served
+  ConnectionLimits connections;           // timeouts, deadline, per-client cap (http_server.h)
 };
 
 class Server {
@@ -33,8 +34,10 @@ class Server {
   int bind(const std::string& host, int port);
   // Serves until shutdown() completes; returns then.
   void run();
-  // Graceful stop, callable from any thread: new requests get 503, in-flight ones get `grace`
-  // to finish and are then cancelled (they end with finish_reason "abort"), then run() returns.
+  // Graceful stop, callable from any thread: /health and new requests get 503 at once, the
+  // listening socket closes a moment later (new connections are refused), in-flight requests get
+  // `grace` to finish and are then cancelled (they end with finish_reason "abort"); run()
+  // returns once every connection has ended.
   void shutdown(std::chrono::milliseconds grace);
 
   struct Impl;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api_request.h"
+#include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/server.h"
 
@@ -35,7 +36,7 @@ struct Server::Impl {
   const ChatTemplate& chat_template;
   ServerOptions options;
   int64_t sequence_length;
-  httplib::Server http;
+  HttpServer http;
   HttpCounters counters;
   std::atomic<bool> draining{false};
   std::atomic<int64_t> grace_deadline_ns{0};  // steady_clock, valid while draining

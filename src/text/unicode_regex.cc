@@ -14,9 +14,65 @@ std::string pcre2_message(int code) {
   return reinterpret_cast<const char*>(buffer);
 }
 
+// Unicode White_Space, as a character class body.
+constexpr const char* kWhiteSpace = "\\t-\\r\\x{85}\\p{Zs}\\p{Zl}\\p{Zp}";
+
 }  // namespace
 
-UnicodeRegex::UnicodeRegex(const std::string& pattern, const std::string& where) {
+std::string oniguruma_compatible_pattern(const std::string& pattern) {
+  std::string out;
+  out.reserve(pattern.size() + 64);
+  bool in_class = false, quoted = false;
+  for (size_t i = 0; i < pattern.size(); i++) {
+    const char c = pattern[i];
+    if (quoted) {  // \Q...\E: literal text
+      if (c == '\\' && i + 1 < pattern.size() && pattern[i + 1] == 'E') {
+        quoted = false;
+        out += "\\E";
+        i++;
+      } else {
+        out += c;
+      }
+      continue;
+    }
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[i + 1];
+      i++;
+      if (e == 's') {
+        out += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
+      } else if (e == 'S' && !in_class) {
+        out += "[^" + std::string(kWhiteSpace) + "]";
+      } else {
+        quoted = e == 'Q';
+        out += c;
+        out += e;
+      }
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      out += c;
+      // A ']' first in a class (after an optional '^') is a literal.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+      continue;
+    }
+    if (in_class && c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {  // [:alpha:]
+      size_t close = pattern.find(":]", i + 2);
+      if (close != std::string::npos) {
+        out.append(pattern, i, close + 2 - i);
+        i = close + 1;
+        continue;
+      }
+    }
+    if (in_class && c == ']') in_class = false;
+    out += c;
+  }
+  return out;
+}
+
+UnicodeRegex::UnicodeRegex(const std::string& source, const std::string& where) {
+  const std::string pattern = oniguruma_compatible_pattern(source);
   int error = 0;
   PCRE2_SIZE offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),

@@ -114,6 +114,19 @@ def main():
             check(status == 200 and body["dropped"] >= 5, f"DELETE /v1/sessions: {body}")
             _, usage = chat(server, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "new"}])
             check(usage["prompt_tokens_details"]["cached_tokens"] == 0, f"nothing left to reuse: {usage}")
+        # Two replicas on one directory: a conversation moved from one to the other reads its KV
+        # from the store. With no RAM tier, a session leaving its slot goes straight to disk.
+        shared = ("--session-dir", os.path.join(tmp, "shared"), "--session-memory", "0", "--batch-size", "1")
+        with Server(TINY, *shared, sequence_length=2048) as a, Server(TINY, *shared, sequence_length=2048) as b:
+            moved = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "start on replica a"}]
+            reply, _ = chat(a, moved)
+            moved.append({"role": "assistant", "content": reply})
+            chat(a, [{"role": "user", "content": "another user takes replica a's only slot " * 20}])
+            moved.append({"role": "user", "content": "go on, on replica b"})
+            _, usage = chat(b, moved)
+            check(usage["prompt_tokens_details"]["cached_tokens"] >= usage["prompt_tokens"] - 40,
+                  f"replica b restored replica a's session: {usage}")
+            check(metric(b.get("/metrics")[1], "ellm:session_hits_total", "disk") >= 1, "from disk")
         print("1 passed, 0 failed")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

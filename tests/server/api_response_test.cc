@@ -185,6 +185,46 @@ TEST(TextOutput, StreamsTextWithEchoAndCompletionLogprobs) {
   EXPECT_EQ(whole["choices"][0]["logprobs"]["token_logprobs"], json({-0.25}));
 }
 
+// stream_options.continuous_usage_stats: every chunk carries the counts so far (vLLM).
+TEST(ChatOutput, ContinuousUsageOnEveryChunk) {
+  ResponseMeta meta{"chatcmpl-1", "tiny", 123, /*include_usage=*/true, false, /*streaming=*/true};
+  meta.continuous_usage = true;
+  meta.prompt_tokens = 10;
+  ChatOutput out(meta, std::make_unique<OutputParser>(ToolCallFormat::none, true, false, weather_tools()), token_name);
+  std::vector<json> chunks;
+  for (const char* piece : {"Hel", "lo"})
+    for (json& c : out.on_event(text_event(piece, {1, 2}))) chunks.push_back(std::move(c));
+  for (json& c : out.on_event(final_event("", FinishReason::length, 10, 5, 3))) chunks.push_back(std::move(c));
+  std::vector<int64_t> completion;
+  for (const json& c : chunks) {
+    ASSERT_TRUE(c.contains("usage")) << c.dump();
+    EXPECT_EQ(c["usage"]["prompt_tokens"], 10);
+    EXPECT_EQ(c["usage"]["total_tokens"], 10 + c["usage"]["completion_tokens"].get<int64_t>());
+    completion.push_back(c["usage"]["completion_tokens"]);
+  }
+  // role + "Hel" (2 tokens), "lo" (4), finish (5, the stop token counted), final usage chunk (5).
+  EXPECT_EQ(completion, (std::vector<int64_t>{2, 2, 4, 5, 5}));
+  EXPECT_EQ(chunks.back()["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+}
+
+// The tokens that become a tool call keep their logprobs, streamed and in the whole response.
+TEST(ChatOutput, ToolCallTokensKeepTheirLogprobs) {
+  const std::string text = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  ChatOutput out = make_chat(ToolCallFormat::hermes_json, false, /*logprobs=*/true);
+  size_t streamed = 0, events = 0;
+  for (size_t i = 0; i < text.size(); i += 7, events++) {
+    StreamEvent e = text_event(text.substr(i, 7), {int32_t(i)});
+    e.logprobs.push_back(TokenLogprob{int32_t(i), -0.5f, {}});
+    for (const json& c : out.on_event(e))
+      if (c["choices"][0]["logprobs"].is_object()) streamed += c["choices"][0]["logprobs"]["content"].size();
+  }
+  out.on_event(final_event("", FinishReason::stop, 5, int64_t(events), 0));
+  json whole = out.response();
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(whole["choices"][0]["logprobs"]["content"].size(), events);
+  EXPECT_EQ(streamed, events);
+}
+
 TEST(ErrorJson, OpenAiShape) {
   json e = error_json(ApiError(404, "not_found_error", "no such model", "model"));
   EXPECT_EQ(e["error"]["message"], "no such model");

@@ -141,6 +141,25 @@ TEST(Tokenizer, UnknownIdIsAnError) {
   EXPECT_THROW(detok.push(1 << 30), Error);
 }
 
+// The case an independent vector set found: spaces, U+180E MONGOLIAN VOWEL SEPARATOR, vertical
+// tabs. Hugging Face's regex engine (Oniguruma, Unicode 14.0) does not count U+180E as \s (it has
+// been Cf since Unicode 6.3), so the Qwen pattern splits it into three pieces, which BPE encodes
+// separately: nine spaces (\s+(?!\S) stops before the space that precedes a non-space), then
+// " \u180E" ( ?[^\s\p{L}\p{N}]+), then the vertical tabs (\s+). Taking U+180E for white space, as
+// PCRE2's \s does, made the whole run one piece and merged across those boundaries.
+TEST(Tokenizer, MongolianVowelSeparatorIsNotWhiteSpace) {
+  const std::string mvs = "\xE1\xA0\x8E";  // U+180E
+  std::vector<int32_t> expected;
+  for (const std::string& piece : {std::string(9, ' '), " " + mvs, std::string("\v\v")}) {
+    std::vector<int32_t> ids = qwen3().encode(piece);
+    expected.insert(expected.end(), ids.begin(), ids.end());
+  }
+  EXPECT_EQ(qwen3().encode(std::string(10, ' ') + mvs + "\v\v"), expected);
+  // U+0085 (NEL) is white space for both, so it stays in the run of spaces.
+  std::vector<int32_t> nel = qwen3().encode(std::string(10, ' ') + "\xC2\x85\v\v");
+  EXPECT_EQ(qwen3().decode(nel, false), std::string(10, ' ') + "\xC2\x85\v\v");
+}
+
 TEST(Tokenizer, LongRunsAreLinearNotStuck) {
   for (std::string unit : {"a", " ", "\n", "1", "é", "!", " \t"}) {
     std::string text;
