@@ -7,6 +7,12 @@ namespace ellm {
 void log_info(const std::string& msg) { std::fprintf(stderr, "%s\n", msg.c_str()); }
 void log_warn(const std::string& msg) { std::fprintf(stderr, "warning: %s\n", msg.c_str()); }
 
+std::string format_mib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1024.0 * 1024.0));
+  return text;
+}
+
 Progress::Progress(std::string label, size_t total)
     : label_(std::move(label)), total_(total ? total : 1), tty_(isatty(2)) {}
 

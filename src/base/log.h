@@ -8,7 +8,10 @@ namespace ellm {
 void log_info(const std::string& msg);
 void log_warn(const std::string& msg);
 
-// "loading weights  37% (120/311 tensors)": call update() as work advances, done() at the end.
+// "12.5 MiB": a byte count for messages.
+std::string format_mib(double bytes);
+
+// "loading weights  37% (120/311 tensors)": call update() as work advances, finish() at the end.
 class Progress {
  public:
   Progress(std::string label, size_t total);

@@ -21,8 +21,6 @@ ServingLimits resolve(ServingLimits limits) {
   return limits;
 }
 
-std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
-
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& model_dir, const ServingLimits& limits) {
@@ -60,8 +58,8 @@ Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
       line, sizeof line,
       "loaded %s in %.2f s (%s, %d threads): weights %s, resident %s, KV reserved %.1f GiB "
       "(%zu KiB per token)",
-      model_dir.c_str(), seconds, isa_name(active_isa()), team_.size(), mib(weights_.bytes).c_str(),
-      mib(process_resident_bytes()).c_str(), double(kv_.reserved_bytes()) / double(1ull << 30),
+      model_dir.c_str(), seconds, isa_name(active_isa()), team_.size(), format_mib(double(weights_.bytes)).c_str(),
+      format_mib(double(process_resident_bytes())).c_str(), double(kv_.reserved_bytes()) / double(1ull << 30),
       kv_.bytes_per_token() >> 10);
   log_info(line);
 }
@@ -169,6 +167,18 @@ void Qwen3Model::forward(std::span<const BatchToken> tokens, float* logits) {
       mlp_block(L.mlp, n);
   }
   lm_head(tokens, logits);
+  if (ProfileSink* sink = profiler_.sink()) {
+    const int64_t solo = team_.solo_switches();
+    sink->pass(expert_bytes_read_.exchange(0, std::memory_order_relaxed), weights_.expert_bytes,
+               solo - solo_reported_);
+    solo_reported_ = solo;
+  }
+}
+
+void Qwen3Model::set_profile_sink(ProfileSink* sink) {
+  profiler_.set_sink(sink);
+  expert_bytes_read_.store(0, std::memory_order_relaxed);
+  solo_reported_ = team_.solo_switches();
 }
 
 // xn = rmsnorm(x) * weight; xb = bf16(xn)                   rows [0, n) of [n][H]

@@ -9,7 +9,7 @@
 #include "server/api_response.h"
 #include "server/server_impl.h"
 #include "text/chat_template.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace ellm {
 
