@@ -16,7 +16,7 @@
 #include "base/memory.h"
 #include "base/threads.h"
 #include "kernels/kernels.h"
-#include "kernels/machine_limits.h"
+#include "tools/machine_limits.h"
 
 namespace ellm {
 namespace {

@@ -17,10 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/cpu.h"
 #include "base/threads.h"
 #include "kernels/kernels.h"
-#include "kernels/machine_limits.h"
+#include "tools/machine_limits.h"
 
 namespace ellm {
 namespace {
@@ -30,12 +31,6 @@ constexpr int kThreads = 2;
 ThreadTeam& team() {
   static ThreadTeam t(kThreads, /*pin=*/true, /*adaptive=*/false);
   return t;
-}
-
-double now_seconds() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return double(t.tv_sec) + t.tv_nsec * 1e-9;
 }
 
 double thread_cpu_seconds() {

@@ -12,7 +12,7 @@
 
 #include "engine/engine.h"
 #include "model/model.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace {
 

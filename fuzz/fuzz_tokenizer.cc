@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "base/error.h"
-#include "text/tokenizer.h"
-#include "text/unicode.h"
+#include "text/tokenizer/tokenizer.h"
+#include "text/tokenizer/unicode.h"
 
 #ifndef ELLM_SHARED
 #define ELLM_SHARED "../shared"

@@ -20,6 +20,12 @@ std::string format_bytes(double bytes) {
   return text;
 }
 
+std::string format_mib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1024.0 * 1024.0));
+  return text;
+}
+
 Progress::Progress(std::string label, size_t total)
     : label_(std::move(label)), total_(total ? total : 1), tty_(isatty(2)) {}
 

@@ -12,7 +12,10 @@ void log_warn(const std::string& msg);
 // "512 bytes", "1.5 KiB", "28.0 MiB", "1.2 GiB", "3.0 TiB".
 std::string format_bytes(double bytes);
 
-// "loading weights  37% (120/311 tensors)": call update() as work advances, done() at the end.
+// "12.5 MiB": a byte count for messages.
+std::string format_mib(double bytes);
+
+// "loading weights  37% (120/311 tensors)": call update() as work advances, finish() at the end.
 class Progress {
  public:
   Progress(std::string label, size_t total);

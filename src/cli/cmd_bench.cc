@@ -1,10 +1,6 @@
 // ellm bench: the machine's own limits, then prefill and decode speed of a model folder,
 // reported as JSON lines and a readable table, each figure beside the limit it is bound by.
-#include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -19,22 +15,21 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/cpu.h"
 #include "base/error.h"
 #include "base/memory.h"
 #include "base/threads.h"
 #include "cli/commands.h"
-#include "kernels/machine_limits.h"
 #include "model/model.h"
+#include "text/tokenizer/tokenizer.h"
+#include "tools/busy_process.h"
+#include "tools/machine_limits.h"
 
 namespace ellm {
 namespace {
 
 using json = nlohmann::json;
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::vector<int64_t> parse_list(const std::string& text) {
   std::vector<int64_t> out;
@@ -60,16 +55,49 @@ double median(std::vector<double> values) {
   return n == 0 ? 0 : n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
+// What the model reports of its passes since the last reset(): time and work per operation, in
+// the order first seen, MoE expert bytes read and solo switches.
+struct PassTotals final : ProfileSink {
+  struct OpTotal {
+    std::string name;
+    bool is_gemm = false;
+    double seconds = 0, flops = 0, bytes = 0;
+  };
+  std::vector<OpTotal> ops;
+  uint64_t expert_bytes_read = 0;
+  size_t expert_weight_bytes = 0;
+  int64_t solo_switches = 0;
+
+  void reset() {
+    ops.clear();
+    expert_bytes_read = 0;
+    solo_switches = 0;
+  }
+  void op(const char* name, bool is_gemm, double seconds, double flops, double bytes) override {
+    auto it = std::find_if(ops.begin(), ops.end(), [&](const OpTotal& o) { return o.name == name; });
+    if (it == ops.end()) it = ops.insert(ops.end(), OpTotal{name, is_gemm});
+    it->seconds += seconds;
+    it->flops += flops;
+    it->bytes += bytes;
+  }
+  void pass(uint64_t expert_bytes, size_t all_expert_bytes, int64_t solo) override {
+    expert_bytes_read += expert_bytes;
+    expert_weight_bytes = all_expert_bytes;
+    solo_switches += solo;
+  }
+};
+
 struct Bench {
   Model& model;
+  PassTotals& totals;
   double peak_flops;
   ReadBandwidthProbe& probe;
+  int64_t first_added_token;  // random prompts use the ids below it: ordinary text
   std::mt19937 rng{1234};
   std::vector<float> logits;
 
   std::vector<BatchToken> sequence(int32_t slot, int64_t first_position, int64_t count) {
-    std::uniform_int_distribution<int32_t> id(
-        0, int32_t(std::min<int64_t>(model.vocab_size(), 151643)) - 1);
+    std::uniform_int_distribution<int32_t> id(0, int32_t(first_added_token) - 1);
     std::vector<BatchToken> tokens;
     for (int64_t i = 0; i < count; ++i)
       tokens.push_back({id(rng), slot, int32_t(first_position + i), i == count - 1});
@@ -88,10 +116,9 @@ struct Bench {
   }
 
   json profile_json(double seconds) const {
-    ForwardProfile p = model.profile();
     json ops = json::array();
     double gemm_flops = 0, gemm_seconds = 0, attn_flops = 0, attn_seconds = 0;
-    for (const auto& op : p.ops) {
+    for (const auto& op : totals.ops) {
       ops.push_back({{"op", op.name},
                      {"seconds", op.seconds},
                      {"share", op.seconds / seconds},
@@ -113,15 +140,14 @@ struct Bench {
 
   double bytes_read() const {
     double bytes = 0;
-    for (const auto& op : model.profile().ops) bytes += op.bytes;
+    for (const auto& op : totals.ops) bytes += op.bytes;
     return bytes;
   }
 
   json prefill(int64_t length) {
     model.release_kv(0, 0);
     auto tokens = sequence(0, 0, length);
-    model.reset_profile();
-    uint64_t experts_before = model.expert_bytes_read();
+    totals.reset();
     double seconds = run(tokens);
     json row = {{"kind", "prefill"},
                 {"tokens", length},
@@ -129,7 +155,7 @@ struct Bench {
                 {"tokens_per_s", double(length) / seconds},
                 {"ttft_s", seconds}};
     row.update(profile_json(seconds));
-    add_expert_figures(row, model.expert_bytes_read() - experts_before, double(length), 1);
+    add_expert_figures(row, double(length), 1);
     return row;
   }
 
@@ -151,15 +177,14 @@ struct Bench {
     constexpr int64_t kParts = 8;
     const int64_t parts = std::min(steps, kParts);
     // Commit the KV pages the run will write before the clock starts. Decode meets a new page
-    // (2 MiB per layer) once every 1024 positions of Qwen3-0.6B, at about 90 ms here; a run of
-    // 32 steps that starts on a page boundary would count it 30 times too often.
+    // (2 MiB per layer) once every 1024 positions of Qwen3-0.6B, and committing it costs far
+    // more than a step; a run of 32 steps that starts on a page boundary would count it 30 times
+    // too often.
     std::vector<BatchToken> last_step;
     for (int32_t slot = 0; slot < batch; ++slot)
       last_step.push_back({0, slot, int32_t(context + steps - 1), true});
     model.forward(last_step, logits.data());
-    model.reset_profile();
-    uint64_t experts_before = model.expert_bytes_read();
-    int64_t solo_before = model.solo_switches();
+    totals.reset();
     std::vector<std::vector<BatchToken>> step_tokens(static_cast<size_t>(steps));
     for (int64_t s = 0; s < steps; ++s)
       for (int32_t slot = 0; slot < batch; ++slot)
@@ -206,65 +231,34 @@ struct Bench {
                 // A thread that waits past its spin sleeps in the kernel: a system call per sleep.
                 {"sleeps_per_step", double(sleeps) / double(steps)},
                 // Times the team found a core shared (runqueue waits) and ran on one thread.
-                {"solo_switches", model.solo_switches() - solo_before}};
+                {"solo_switches", totals.solo_switches}};
     row.update(profile_json(seconds));
-    add_expert_figures(row, model.expert_bytes_read() - experts_before, double(batch * steps), steps);
+    add_expert_figures(row, double(batch * steps), steps);
     return row;
   }
 
   // MoE: expert weight bytes read per token, and per pass as a share of all expert weights
   // (decode of one token should read top_k / num_experts of them).
-  void add_expert_figures(json& row, uint64_t bytes, double tokens, int64_t passes) const {
-    if (model.expert_weight_bytes() == 0) return;
-    row["expert_bytes_per_token"] = double(bytes) / tokens;
-    row["expert_share_read_per_pass"] =
-        double(bytes) / double(passes) / double(model.expert_weight_bytes());
+  void add_expert_figures(json& row, double tokens, int64_t passes) const {
+    if (totals.expert_weight_bytes == 0) return;
+    const double bytes = double(totals.expert_bytes_read);
+    row["expert_bytes_per_token"] = bytes / tokens;
+    row["expert_share_read_per_pass"] = bytes / double(passes) / double(totals.expert_weight_bytes);
   }
 };
 
-// A process that keeps one core busy: the "shared machine" case. It is forked before the model
-// is loaded and waits on a pipe until start(). Forked later, it would share the parent's pages
-// copy-on-write, and the parent would pay a page copy for every page it wrote during the run.
-class BusyProcess {
- public:
-  BusyProcess() {
-    int fds[2];
-    if (pipe(fds) != 0) return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      close(fds[1]);
-      char go = 0;
-      if (read(fds[0], &go, 1) != 1) _exit(0);  // the parent ended without a start()
-      volatile uint64_t x = 0;
-      for (;;) x = x + 1;
-    }
-    close(fds[0]);
-    start_fd_ = fds[1];
+// The lowest id of the tokenizer's added (special) tokens, or the vocabulary size when the folder
+// has no tokenizer.
+int64_t first_added_token(const std::string& model_path, const Model& model) {
+  int64_t first = model.vocab_size();
+  try {
+    auto tokenizer = Tokenizer::load(model_path);
+    for (int64_t id = 0; id < std::min(first, tokenizer->vocab_size()); ++id)
+      if (tokenizer->is_added(int32_t(id))) return id;
+  } catch (const Error&) {
   }
-  ~BusyProcess() { stop(); }
-  BusyProcess(const BusyProcess&) = delete;
-  BusyProcess& operator=(const BusyProcess&) = delete;
-
-  bool ready() const { return pid_ > 0 && start_fd_ >= 0; }
-  void start() {
-    char go = 1;
-    if (ready() && write(start_fd_, &go, 1) != 1) stop();
-  }
-  void stop() {
-    if (start_fd_ >= 0) close(start_fd_);
-    start_fd_ = -1;
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int start_fd_ = -1;
-};
+  return first;
+}
 
 void print_table(const std::vector<json>& rows, const json& machine) {
   std::printf("\nmachine: %s, %d threads, peak %.0f GFLOP/s (BF16), read bandwidth %.1f GB/s\n",
@@ -373,9 +367,10 @@ int cmd_bench(int argc, char** argv) {
   ThreadTeam probe_team(threads, /*pin=*/true, /*adaptive=*/false);
   ReadBandwidthProbe probe(probe_team, read_probe_bytes());
   auto model = Model::load(model_path, limits);
-  model->enable_profile(true);
+  PassTotals totals;
+  model->set_profile_sink(&totals);
 
-  Bench bench{*model, machine["peak_flops"], probe};
+  Bench bench{*model, totals, machine["peak_flops"], probe, first_added_token(model_path, *model)};
   // One row per token that wants logits: the last of a prefill, each slot's in decode. (A row for
   // every token of a 32k pass would be 20 GB for Qwen3's vocabulary.)
   bench.logits.resize(size_t(limits.batch_size * model->vocab_size()));

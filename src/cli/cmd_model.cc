@@ -18,7 +18,7 @@
 #include "base/log.h"
 #include "cli/commands.h"
 #include "model/config.h"
-#include "model/make_model.h"
+#include "tools/make_model.h"
 #include "model/model.h"
 
 namespace ellm {

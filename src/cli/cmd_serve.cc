@@ -1,4 +1,5 @@
 // ellm serve: load a model folder, start the engine, serve the OpenAI/vLLM API until SIGTERM/SIGINT.
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -11,19 +12,38 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/memory.h"
+#include "cli/commands.h"
+#include "cli/generation_config.h"
 #include "engine/engine.h"
 #include "engine/output_parser.h"
 #include "model/config.h"
 #include "model/model.h"
-#include "server/generation_config.h"
 #include "server/server.h"
 #include "text/chat_template.h"
-#include "text/tokenizer.h"
-#include "cli/commands.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace ellm {
 
 namespace {
+
+// "8G", "512M", "64k", "1048576" -> bytes. Throws Error naming `what` on anything else.
+size_t parse_byte_size(const std::string& text, const std::string& what) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) i++;
+  std::string unit = text.substr(i);
+  if (i == 0 || i > 15) throw Error(what + ": expected a size like 8G, 512M or 1048576, got '" + text + "'");
+  size_t value = std::stoull(text.substr(0, i));
+  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
+  if (!unit.empty() && unit.back() == 'i') unit.pop_back();
+  size_t scale = 1;
+  if (unit.empty()) scale = 1;
+  else if (unit == "k" || unit == "K") scale = size_t{1} << 10;
+  else if (unit == "m" || unit == "M") scale = size_t{1} << 20;
+  else if (unit == "g" || unit == "G") scale = size_t{1} << 30;
+  else if (unit == "t" || unit == "T") scale = size_t{1} << 40;
+  else throw Error(what + ": unknown size unit in '" + text + "' (use K, M, G or T)");
+  return value * scale;
+}
 
 std::string folder_name(const std::string& path) {
   std::filesystem::path p(path);

@@ -8,7 +8,7 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace ellm {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "base/error.h"
 #include "engine/scheduler.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace ellm {
 

@@ -52,7 +52,6 @@ class Sampler {
   // Fills out with the raw log-probabilities of `chosen` (params.top_logprobs alternatives).
   void logprobs(std::span<const float> logits, int32_t chosen, TokenLogprob& out);
 
-  const SamplingParams& params() const { return params_; }
 
  private:
   bool has_penalties() const;

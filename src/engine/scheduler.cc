@@ -55,11 +55,6 @@ std::string decode_next(IncrementalDetokenizer& detokenizer, const Tokenizer& to
 
 std::string what(const std::exception& e) { return e.what(); }
 
-std::string mib(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1024.0 * 1024.0));
-  return text;
-}
 
 }  // namespace
 
@@ -403,8 +398,8 @@ Scheduler::Placement Scheduler::place(QueuedRequest& queued) {
       if (running_ > 0) return Placement::wait;  // running requests will give their reservations back
       const double per_token = double(model_.kv_bytes_per_token());
       queued.stream->push(end_event(
-          FinishReason::error, "KV memory budget exceeded: the request needs " + mib(reserve * per_token) +
-                       " of KV cache, the budget is " + mib(budget_positions_ * per_token)));
+          FinishReason::error, "KV memory budget exceeded: the request needs " + format_mib(reserve * per_token) +
+                       " of KV cache, the budget is " + format_mib(budget_positions_ * per_token)));
       return Placement::placed;
     }
   }

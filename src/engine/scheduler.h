@@ -18,7 +18,7 @@
 #include "engine/slots.h"
 #include "engine/stop.h"
 #include "model/model.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace ellm {
 

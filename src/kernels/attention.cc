@@ -1,11 +1,11 @@
-// Flash attention driver: splits a pass into work items, runs the per-ISA attention_block over
-// K/V in blocks of kBlockPositions, and merges split (flash-decoding) items.
+// Flash attention driver: splits a pass into work items, runs the active tier's attention_block
+// (kernel_table.h) over K/V in blocks of kBlockPositions, and merges split (flash-decoding) items.
+// What a tier supports (tile rows, scratch, decode shapes) comes from its table.
 //
-// Work item = (sequence, KV head, tile of queries, range of positions). A tile holds up to 32
-// query rows (256 on the AMX tier, where each tile packs every K/V block it reads for the tile
-// products, so larger tiles pack less per row): tile_queries queries x all `group` query heads
-// sharing the KV head, so each K/V block is read once for the whole group. Items are dealt to members in order by cumulative
-// cost, which balances the causal triangle of a prefill. When a pass has too few items to keep
+// Work item = (sequence, KV head, tile of queries, range of positions). A tile holds up to the
+// tier's attention_tile_rows query rows (32; 256 on the AMX tier): tile_queries queries x all
+// `group` query heads sharing the KV head, so each K/V block is read once for the whole group.
+// Items are dealt to members in order by cumulative cost, which balances the causal triangle of a prefill. When a pass has too few items to keep
 // every member busy (decode of few sequences), single-tile sequences are also split along
 // positions into chunks; each chunk leaves a partial (max, sum, unnormalised output) and the
 // member that finishes last merges them.
@@ -21,25 +21,16 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/isa_kernels.h"
+#include "kernels/kernel_table.h"
 
 namespace ellm {
 namespace {
 
-constexpr int64_t kTileRows = 32;        // query rows (query x head) per work item
-constexpr int64_t kAmxTileRows = 256;    // the same on the AMX tier
+constexpr int64_t kTileRows = 32;        // query rows (query x head) of a split item
 constexpr int64_t kBlockPositions = 64;  // K/V positions per attention_block call
 constexpr int64_t kMinChunk = 256;       // positions per chunk when splitting a sequence
 constexpr int64_t kMaxChunks = 64;
 constexpr int64_t kHeaderFloats = 16;  // one cache line: the merge counter
-
-using BlockFn = decltype(&scalar::attention_block);
-using AllHeadsFn = decltype(&scalar::attention_block_all_heads);
-
-struct Kernels {
-  BlockFn block;
-  AllHeadsFn all_heads;  // whole-sequence items (decode)
-};
 
 struct Plan {
   int64_t group;          // query heads per KV head
@@ -53,24 +44,18 @@ struct Plan {
   int64_t chunk_cap;      // most chunks per split sequence (per KV head)
   int64_t whole_chunk_cap;  // most chunks of a whole-sequence item
   int64_t head_groups;      // parts (by KV heads) of a whole-sequence item too short to split
-  // AMX tier: its block caches packed K/V in the scratch. amx::clear_attention_cache() is
-  // compiled for that tier (AVX-512 stores: SIGILL on an AVX2 CPU), so only then is it called.
-  bool amx;
 };
 
-Plan make_plan(const AttentionShape& s, int n_members, Isa isa) {
+Plan make_plan(const AttentionShape& s, int n_members, const KernelTable& kernels) {
   Plan p;
   p.group = s.n_heads / s.n_kv_heads;
-  p.amx = isa == Isa::amx;
-  p.tile_queries = std::max<int64_t>(1, (isa == Isa::amx ? kAmxTileRows : kTileRows) / p.group);
+  p.tile_queries = std::max<int64_t>(1, kernels.attention_tile_rows / p.group);
   p.max_rows = p.tile_queries * p.group;
   p.acc_rows = (p.max_rows + 15) / 16 * 16;
   p.small_queries = std::max<int64_t>(1, kTileRows / p.group);
   p.small_rows = p.small_queries * p.group;
-  // m, l, acc, then the block scratch (contract in isa_kernels.h).
-  int64_t block_scratch = 4 * (std::max<int64_t>(p.max_rows, 64) + s.head_dim) * 64 + 16;
-  if (isa == Isa::amx)
-    block_scratch = std::max(block_scratch, int64_t(amx::attention_block_scratch_floats(s.head_dim)));
+  // m, l, acc, then the block scratch.
+  int64_t block_scratch = int64_t(kernels.attention_scratch_floats(p.max_rows, s.head_dim));
   int64_t work = 2 * p.max_rows + p.acc_rows * s.head_dim + block_scratch;
   p.work_floats = (work + 15) / 16 * 16;
   p.partial_floats = (p.small_rows * (s.head_dim + 2) + 15) / 16 * 16;
@@ -157,7 +142,7 @@ float* out_row(const Item& it, const AttentionSeq& seq, const AttentionShape& sh
 }
 
 void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& shape,
-              const Plan& plan, Kernels kernels, float* work, float* partials) {
+              const Plan& plan, const KernelTable& kernels, float* work, float* partials) {
   int64_t hd = shape.head_dim, group = plan.group;
   int64_t per_head = (it.q1 - it.q0) * group, rows = it.heads * per_head;
   float* m = work;
@@ -169,14 +154,15 @@ void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& sha
   std::fill(acc, acc + rows * hd, 0.0f);
 
   int64_t first_end = seq.q_start + it.q0 + 1;
-  if (it.whole && (hd == 64 || hd == 128) && (per_head == 1 || per_head == 2 || per_head == 4 || per_head == 8)) {
-    kernels.all_heads(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, it.heads,
+  if (it.whole && kernels.all_heads_supports(hd, per_head)) {
+    kernels.attention_block_all_heads(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, it.heads,
                       group, per_head, first_end, seq.k + it.kv_head * hd, seq.v + it.kv_head * hd,
                       shape.kv_row_stride, it.p0, it.p1, hd, shape.scale, m, l, acc, s);
-    if (plan.amx) amx::clear_attention_cache(s);  // it wrote over the AMX block's cache tag
+    // It wrote over what the tier's block kept in the scratch.
+    if (kernels.forget_attention_scratch) kernels.forget_attention_scratch(s);
   }
   else if (it.heads == 1)  // one call for the whole range: the kernel prepares q once
-    kernels.block(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, group, per_head,
+    kernels.attention_block(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, group, per_head,
                   first_end, seq.k + it.kv_head * hd, seq.v + it.kv_head * hd,
                   shape.kv_row_stride, it.p0, it.p1, hd, shape.scale, m, l, acc, s);
   else
@@ -184,7 +170,7 @@ void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& sha
       for (int64_t i = 0; i < it.heads; ++i) {
         int64_t h = it.kv_head + i;
         const float* q = seq.q + it.q0 * shape.ldq + h * group * hd;
-        kernels.block(q, shape.ldq, group, per_head, first_end, seq.k + h * hd, seq.v + h * hd,
+        kernels.attention_block(q, shape.ldq, group, per_head, first_end, seq.k + h * hd, seq.v + h * hd,
                       shape.kv_row_stride, p, std::min(p + kBlockPositions, it.p1), hd, shape.scale,
                       m + i * per_head, l + i * per_head, acc + i * per_head * hd, s);
       }
@@ -238,22 +224,12 @@ void merge_partials(const AttentionSeq* seqs, int64_t n_seqs, const AttentionSha
   }
 }
 
-Kernels kernels_for(Isa isa) {
-  switch (isa) {
-    case Isa::scalar: return {scalar::attention_block, scalar::attention_block_all_heads};
-    case Isa::avx2: return {avx2::attention_block, avx2::attention_block_all_heads};
-    case Isa::avx512: return {avx512::attention_block, avx512::attention_block_all_heads};
-    case Isa::amx: return {amx::attention_block, avx512::attention_block_all_heads};
-  }
-  return {scalar::attention_block, scalar::attention_block_all_heads};
-}
-
 }  // namespace
 
 size_t attention_scratch_floats(const AttentionShape& shape, int64_t max_tokens, int64_t max_seqs,
                                 int n_members) {
   // Sized for the CPU's best tier, whose plan is the largest, so any lower tier fits too.
-  Plan plan = make_plan(shape, n_members, best_isa());
+  Plan plan = make_plan(shape, n_members, kernel_table(best_isa()));
   // Split sequences have one tile each, so at most max_seqs * n_kv_heads * chunk_cap partials
   // (or whole_chunk_cap for a whole-sequence item).
   int64_t partials = max_seqs * std::max(shape.n_kv_heads * plan.chunk_cap, plan.whole_chunk_cap);
@@ -262,16 +238,16 @@ size_t attention_scratch_floats(const AttentionShape& shape, int64_t max_tokens,
 
 void attention(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& shape,
                float* scratch, int member, int n_members) {
-  const Isa isa = active_isa();
-  Plan plan = make_plan(shape, n_members, isa);
+  const KernelTable& kernels = kernel_table(active_isa());
+  Plan plan = make_plan(shape, n_members, kernels);
   bool splitting = splitting_enabled(seqs, n_seqs, shape, plan, n_members);
   // Fewer sequences than members: one too short to split along positions goes by KV heads.
   plan.head_groups = n_seqs < n_members ? n_members : 1;
-  Kernels kernels = kernels_for(isa);
   float* work = scratch + kHeaderFloats + member * plan.work_floats;
   float* partials = scratch + kHeaderFloats + n_members * plan.work_floats;
-  // The K/V an AMX block packed in an earlier pass (another layer or sequence) is stale.
-  if (plan.amx) amx::clear_attention_cache(work + 2 * plan.max_rows + plan.acc_rows * shape.head_dim);
+  // What a block kept from an earlier pass (another layer or sequence) is stale.
+  if (kernels.forget_attention_scratch)
+    kernels.forget_attention_scratch(work + 2 * plan.max_rows + plan.acc_rows * shape.head_dim);
 
   int64_t total = 0;
   for_each_item(seqs, n_seqs, shape, plan, splitting, [&](const Item& it) { total += item_cost(it); });

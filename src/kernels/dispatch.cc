@@ -1,35 +1,56 @@
-// Entry points of kernels.h: pick the implementation for the active instruction set. The amx
-// tier has its own matrix product and runs the AVX-512 BF16 kernels for everything else.
+// Entry points of kernels.h: each calls the kernel table of the active tier (or, for a matrix
+// product, of the tier its weights were packed for).
+#include <array>
 #include <cmath>
+#include <string>
 
 #include "base/error.h"
-#include "kernels/isa_kernels.h"
+#include "kernels/kernel_table.h"
 
 namespace ellm {
+namespace {
 
-#define ELLM_DISPATCH(isa, call)          \
-  switch (isa) {                          \
-    case Isa::scalar: return scalar::call; \
-    case Isa::avx2: return avx2::call;     \
-    case Isa::avx512:                     \
-    case Isa::amx: return avx512::call;   \
-  }
+// Fills the entries of `table` that are null (0) from `below`.
+template <class... Entries>
+void inherit(KernelTable& table, const KernelTable& below, Entries... entries) {
+  ((table.*entries = table.*entries ? table.*entries : below.*entries), ...);
+}
+
+std::array<KernelTable, 4> complete_tables() {
+  std::array<KernelTable, 4> t{scalar_kernels, avx2_kernels, avx512_kernels, amx_kernels};
+  // forget_attention_scratch stays each tier's own: null when its block keeps nothing.
+  for (size_t i = 1; i < t.size(); ++i)
+    inherit(t[i], t[i - 1], &KernelTable::convert_f32_to_bf16, &KernelTable::convert_bf16_to_f32,
+            &KernelTable::convert_f32_to_f16, &KernelTable::rmsnorm, &KernelTable::norm_rope,
+            &KernelTable::silu_mul, &KernelTable::pack_weights, &KernelTable::matmul,
+            &KernelTable::attention_tile_rows, &KernelTable::attention_block,
+            &KernelTable::attention_scratch_floats, &KernelTable::all_heads_supports,
+            &KernelTable::attention_block_all_heads);
+  return t;
+}
+
+}  // namespace
+
+const KernelTable& kernel_table(Isa isa) {
+  static const std::array<KernelTable, 4> tables = complete_tables();
+  return tables[size_t(isa)];
+}
 
 void convert_f32_to_bf16(const float* x, bf16* out, int64_t count) {
-  ELLM_DISPATCH(active_isa(), convert_f32_to_bf16(x, out, count));
+  kernel_table(active_isa()).convert_f32_to_bf16(x, out, count);
 }
 
 void convert_bf16_to_f32(const bf16* x, float* out, int64_t count) {
-  ELLM_DISPATCH(active_isa(), convert_bf16_to_f32(x, out, count));
+  kernel_table(active_isa()).convert_bf16_to_f32(x, out, count);
 }
 
 void convert_f32_to_f16(const float* x, f16* out, int64_t count) {
-  ELLM_DISPATCH(active_isa(), convert_f32_to_f16(x, out, count));
+  kernel_table(active_isa()).convert_f32_to_f16(x, out, count);
 }
 
 void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight, float eps,
              float* out, int64_t ldo) {
-  ELLM_DISPATCH(active_isa(), rmsnorm(x, rows, dim, ldx, weight, eps, out, ldo));
+  kernel_table(active_isa()).rmsnorm(x, rows, dim, ldx, weight, eps, out, ldo);
 }
 
 void rope_angles(int64_t pos, const float* inv_freq, int64_t half, float* cos, float* sin) {
@@ -42,11 +63,11 @@ void rope_angles(int64_t pos, const float* inv_freq, int64_t half, float* cos, f
 
 void norm_rope(const float* x, int64_t n_heads, int64_t head_dim, const float* weight, float eps,
                const float* cos, const float* sin, float* out, int64_t ldo) {
-  ELLM_DISPATCH(active_isa(), norm_rope(x, n_heads, head_dim, weight, eps, cos, sin, out, ldo));
+  kernel_table(active_isa()).norm_rope(x, n_heads, head_dim, weight, eps, cos, sin, out, ldo);
 }
 
 void silu_mul(const float* gate, const float* up, float* out, int64_t count) {
-  ELLM_DISPATCH(active_isa(), silu_mul(gate, up, out, count));
+  kernel_table(active_isa()).silu_mul(gate, up, out, count);
 }
 
 PackedWeights pack_weights(const bf16* w, int64_t n, int64_t k, Isa isa) {
@@ -56,12 +77,7 @@ PackedWeights pack_weights(const bf16* w, int64_t n, int64_t k, Isa isa) {
   out.n = n;
   out.k = k;
   out.isa = isa;
-  switch (isa) {
-    case Isa::scalar: scalar::pack_weights(w, n, k, out); break;
-    case Isa::avx2: avx2::pack_weights(w, n, k, out); break;
-    case Isa::avx512:
-    case Isa::amx: avx512::pack_weights(w, n, k, out); break;
-  }
+  kernel_table(isa).pack_weights(w, n, k, out);
   return out;
 }
 
@@ -69,10 +85,7 @@ PackedWeights pack_weights(const bf16* w, int64_t n, int64_t k, Isa isa) {
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
             bool accumulate, int member, int n_members, std::atomic<int64_t>* pool) {
   if (m <= 0) return;
-  if (w.isa == Isa::amx) return amx::matmul(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool);
-  ELLM_DISPATCH(w.isa, matmul(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool));
+  kernel_table(w.isa).matmul(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool);
 }
-
-#undef ELLM_DISPATCH
 
 }  // namespace ellm

@@ -1,6 +1,6 @@
 #pragma once
 // Kernel API used by the model layer. Every kernel is a free function on raw pointers and
-// strides; each has a scalar twin (kernels/*_scalar.cc) that tests compare against. The
+// strides; each has a scalar twin (kernels/scalar/) that tests compare against. The
 // instruction set is chosen at run time from base/cpu.h active_isa() unless a call passes one.
 //
 // Threading: kernels that take (member, n_members) do their own share of the work when called

@@ -1,12 +1,13 @@
 #pragma once
 // Software prefetch of a block of cache rows in memory order, a few lines at a time, for the
-// decode attention kernels (the *_avx2.cc and *_avx512.cc files; _mm_prefetch is SSE).
+// decode attention kernels (simd_attention_decode.h; _mm_prefetch is SSE).
 //
 // Why memory order: the decode kernels read one head's part of each row at a time (256 bytes of
 // every 2 KiB for Qwen3-0.6B), but the lines they fetch ahead are whole rows, front to back.
-// Fetched in the kernels' own head order, a 32k-position decode streamed 5-15% slower.
-// Into L2 (T1), not L1: lines fetched half a block ahead overflow L1 before use; on a Xeon
-// (Sapphire-Rapids-class) VM, T1 streamed a 32k-position decode's K/V 6-35% faster than T0.
+// Fetched in the kernels' own head order, the fetches jump back and forth within rows, which
+// the memory system serves worse than one forward stream.
+// Into L2 (T1), not L1: lines fetched half a block ahead overflow L1 before use, so fetching
+// them into L1 only evicts lines still needed.
 #include <xmmintrin.h>
 
 #include <cstdint>

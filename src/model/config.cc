@@ -142,15 +142,15 @@ ModelConfig load_model_config(const std::string& model_dir) {
   return parse_model_config(text.str(), path);
 }
 
-std::string model_config_json(const ModelConfig& c) {
+std::string model_config_json(const ModelConfig& c, int32_t bos_token_id, int32_t eos_token_id) {
   bool moe = c.architecture == "Qwen3MoeForCausalLM";
   nlohmann::ordered_json j;
   j["architectures"] = {c.architecture};
   j["attention_bias"] = false;
   j["attention_dropout"] = 0.0;
-  j["bos_token_id"] = 151643;
+  if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
   if (moe) j["decoder_sparse_step"] = c.decoder_sparse_step;
-  j["eos_token_id"] = 151645;
+  if (eos_token_id >= 0) j["eos_token_id"] = eos_token_id;
   j["head_dim"] = c.head_dim;
   j["hidden_act"] = "silu";
   j["hidden_size"] = c.hidden_size;

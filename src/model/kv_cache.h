@@ -28,7 +28,6 @@ class KvCache {
   f16* k(int64_t layer, int64_t slot) const { return base(layer, slot, 0); }
   f16* v(int64_t layer, int64_t slot) const { return base(layer, slot, 1); }
   int64_t row_stride() const { return n_kv_heads_ * head_dim_; }  // elements per position
-  int64_t max_positions() const { return max_positions_; }
 
   // Records that a slot's positions below end_position have been written (bounds the resident
   // scan; the forward pass calls it).

@@ -12,16 +12,19 @@ namespace ellm {
 
 struct ModelConfig;  // model/config.h
 
-// Time and work per operation of the passes since reset_profile() (for `ellm bench`).
-struct ForwardProfile {
-  struct Op {
-    std::string name;
-    double seconds = 0;
-    double flops = 0;    // multiply-adds x 2
-    double bytes = 0;    // weight and KV bytes read
-    bool is_gemm = false;
-  };
-  std::vector<Op> ops;
+// Where a model reports the work of its passes when a benchmark asks (`ellm bench` sets one);
+// without a sink the model measures nothing.
+class ProfileSink {
+ public:
+  virtual ~ProfileSink() = default;
+  // One operation of a pass: its name, whether it is a matrix product, its time, its
+  // multiply-adds x 2, and the weight and KV bytes it read.
+  virtual void op(const char* name, bool is_gemm, double seconds, double flops, double bytes) = 0;
+  // The end of a pass: the MoE expert weight bytes it read and the bytes of all experts of all
+  // layers (0 and 0 for a dense model), and how many times since the last pass the thread team
+  // found its cores shared and ran on one thread.
+  virtual void pass(uint64_t expert_bytes_read, size_t expert_weight_bytes,
+                    int64_t solo_switches) = 0;
 };
 
 struct ServingLimits {
@@ -74,17 +77,9 @@ class Model {
   virtual std::string kv_format() const = 0;
   virtual uint64_t fingerprint() const = 0;  // of the config and the weights, taken at load
 
-  // Bytes of MoE expert weights the passes so far have read (0 for dense models); benchmarks
-  // divide its growth by the tokens of a pass.
-  virtual uint64_t expert_bytes_read() const { return 0; }
-  virtual size_t expert_weight_bytes() const { return 0; }  // all experts of all layers
-  // How many times the forward's thread team has found its cores shared and gone solo.
-  virtual int64_t solo_switches() const { return 0; }
 
-  // Profiling costs a clock read per operation; off unless a benchmark asks.
-  virtual void enable_profile(bool on) {}
-  virtual void reset_profile() {}
-  virtual ForwardProfile profile() const { return {}; }
+  // Reports every later pass to `sink` (nullptr: to none); the sink must outlive its use.
+  virtual void set_profile_sink(ProfileSink* sink) {}
 };
 
 }  // namespace ellm

@@ -168,6 +168,18 @@ void Qwen3Model::forward(std::span<const BatchToken> tokens, float* logits) {
       mlp_block(L.mlp, n);
   }
   lm_head(tokens, logits);
+  if (ProfileSink* sink = profiler_.sink()) {
+    const int64_t solo = team_.solo_switches();
+    sink->pass(expert_bytes_read_.exchange(0, std::memory_order_relaxed), weights_.expert_bytes,
+               solo - solo_reported_);
+    solo_reported_ = solo;
+  }
+}
+
+void Qwen3Model::set_profile_sink(ProfileSink* sink) {
+  profiler_.set_sink(sink);
+  expert_bytes_read_.store(0, std::memory_order_relaxed);
+  solo_reported_ = team_.solo_switches();
 }
 
 // xn = rmsnorm(x) * weight; xb = bf16(xn)                   rows [0, n) of [n][H]

@@ -66,12 +66,7 @@ class Qwen3Model final : public Model {
                  std::vector<std::span<uint8_t>>& out) override;
   std::string kv_format() const override;
   uint64_t fingerprint() const override { return fingerprint_; }
-  uint64_t expert_bytes_read() const override { return expert_bytes_read_.load(); }
-  size_t expert_weight_bytes() const override { return weights_.expert_bytes; }
-  int64_t solo_switches() const override { return team_.solo_switches(); }
-  void enable_profile(bool on) override { profiler_.enable(on); }
-  void reset_profile() override { profiler_.reset(); }
-  ForwardProfile profile() const override { return profiler_.snapshot(); }
+  void set_profile_sink(ProfileSink* sink) override;
 
  private:
   void validate(std::span<const BatchToken> tokens) const;
@@ -110,7 +105,8 @@ class Qwen3Model final : public Model {
   std::vector<float> inv_freq_;  // [head_dim / 2]
   AttentionShape attention_shape_;
   Activations act_;
-  std::atomic<uint64_t> expert_bytes_read_{0};
+  std::atomic<uint64_t> expert_bytes_read_{0};  // by the MoE layers of this pass
+  int64_t solo_reported_ = 0;                   // the team's solo switches at the last report
   alignas(64) std::atomic<int64_t> matmul_pool_{0};  // its own cache line: both members add to it
   OpProfiler profiler_;
   uint64_t fingerprint_ = 0;

@@ -8,25 +8,6 @@
 namespace ellm {
 namespace {
 
-float f16_to_f32(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {  // subnormal: normalise
-    int shift = 0;
-    while (!(mant & 0x400)) mant <<= 1, ++shift;
-    bits = sign | uint32_t(113 - shift) << 23 | ((mant & 0x3ff) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 float element_f32(const TensorInfo& t, int64_t i) {
   switch (t.dtype) {
     case Dtype::bf16: {

@@ -25,24 +25,6 @@ void send_json(httplib::Response& res, int status, const json& body) {
 
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, error_json(e)); }
 
-size_t parse_byte_size(const std::string& text, const std::string& what) {
-  size_t i = 0;
-  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) i++;
-  std::string unit = text.substr(i);
-  if (i == 0 || i > 15) throw Error(what + ": expected a size like 8G, 512M or 1048576, got '" + text + "'");
-  size_t value = std::stoull(text.substr(0, i));
-  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
-  if (!unit.empty() && unit.back() == 'i') unit.pop_back();
-  size_t scale = 1;
-  if (unit.empty()) scale = 1;
-  else if (unit == "k" || unit == "K") scale = size_t{1} << 10;
-  else if (unit == "m" || unit == "M") scale = size_t{1} << 20;
-  else if (unit == "g" || unit == "G") scale = size_t{1} << 30;
-  else if (unit == "t" || unit == "T") scale = size_t{1} << 40;
-  else throw Error(what + ": unknown size unit in '" + text + "' (use K, M, G or T)");
-  return value * scale;
-}
-
 namespace {
 
 // How long a draining server keeps accepting connections (to answer them 503).

@@ -46,7 +46,4 @@ class Server {
   std::unique_ptr<Impl> impl_;
 };
 
-// "8G", "512M", "64k", "1048576" -> bytes. Throws Error naming `what` on anything else.
-size_t parse_byte_size(const std::string& text, const std::string& what);
-
 }  // namespace ellm

@@ -7,7 +7,7 @@
 #include <utf8proc.h>
 
 #include "base/error.h"
-#include "text/jinja.h"
+#include "text/jinja/jinja.h"
 
 namespace ellm {
 namespace {

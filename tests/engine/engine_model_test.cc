@@ -10,7 +10,7 @@
 #include "engine/sampling.h"
 #include "engine_test_util.h"
 #include "model/model.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace ellm {
 namespace {

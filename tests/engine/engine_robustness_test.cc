@@ -8,7 +8,7 @@
 #include "engine/engine.h"
 #include "engine_fake_model.h"
 #include "engine_test_util.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace ellm {
 namespace {

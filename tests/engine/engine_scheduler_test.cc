@@ -9,7 +9,7 @@
 #include "engine/engine.h"
 #include "engine_test_util.h"
 #include "engine_fake_model.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace ellm {
 namespace {

@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "model/config.h"
-#include "model/make_model.h"
+#include "tools/make_model.h"
 #include "model/model.h"
 #include "model_test_util.h"
 

@@ -15,7 +15,7 @@
 #include "base/error.h"
 #include "model/config.h"
 #include "kernels/kernels.h"
-#include "model/make_model.h"
+#include "tools/make_model.h"
 
 namespace ellm::test {
 

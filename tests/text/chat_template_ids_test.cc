@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "text/chat_template.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace ellm {
 namespace {

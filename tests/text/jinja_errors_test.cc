@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
-#include "text/jinja.h"
+#include "text/jinja/jinja.h"
 
 namespace ellm::jinja {
 namespace {

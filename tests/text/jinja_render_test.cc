@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "text/jinja.h"
+#include "text/jinja/jinja.h"
 
 namespace ellm::jinja {
 namespace {

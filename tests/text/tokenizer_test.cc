@@ -1,4 +1,4 @@
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -15,8 +15,8 @@
 #include <sstream>
 
 #include "base/error.h"
-#include "text/bpe.h"
-#include "text/unicode.h"
+#include "text/tokenizer/bpe.h"
+#include "text/tokenizer/unicode.h"
 
 namespace ellm {
 namespace {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "text/unicode.h"
-#include "text/unicode_regex.h"
+#include "text/tokenizer/unicode.h"
+#include "text/tokenizer/unicode_regex.h"
 
 namespace ellm {
 namespace {

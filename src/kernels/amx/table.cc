@@ -1,0 +1,37 @@
+// The AMX tier's kernel table: the matrix product and the prefill attention block; the entries
+// left out come from the AVX-512 tier (dispatch.cc).
+#include <algorithm>
+
+#include "kernels/amx/amx.h"
+
+namespace ellm {
+namespace {
+
+size_t scratch_floats(int64_t rows, int64_t head_dim) {
+  return std::max(default_attention_scratch_floats(rows, head_dim),
+                  amx::attention_block_scratch_floats(head_dim));
+}
+
+}  // namespace
+
+const KernelTable amx_kernels = {
+    // nullptr: the AVX-512 tier's (dispatch.cc fills them in).
+    .convert_f32_to_bf16 = nullptr,
+    .convert_bf16_to_f32 = nullptr,
+    .convert_f32_to_f16 = nullptr,
+    .rmsnorm = nullptr,
+    .norm_rope = nullptr,
+    .silu_mul = nullptr,
+    .pack_weights = nullptr,  // the AVX-512 layout: the AMX product reads it
+    .matmul = amx::matmul,
+    // Each tile packs every K/V block it reads for the tile products, so larger tiles pack less
+    // per row.
+    .attention_tile_rows = 256,
+    .attention_block = amx::attention_block,
+    .attention_scratch_floats = scratch_floats,
+    .forget_attention_scratch = amx::clear_attention_cache,
+    .all_heads_supports = nullptr,
+    .attention_block_all_heads = nullptr,
+};
+
+}  // namespace ellm

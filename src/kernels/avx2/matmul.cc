@@ -1,0 +1,167 @@
+// AVX2/FMA matrix product. No BF16 arithmetic here: weights widen to FP32 by a 16-bit shift.
+//
+// Packed layout: output columns in blocks of 16; for each k the block's 16 weights side by side:
+//   data[(block * k + kk) * 16 + col] = W[block * 16 + col][kk]   (missing columns zero)
+// A micro-tile is up to kRows rows x 16 columns (12 accumulators). x is widened to FP32 once per
+// (row group, k chunk) into a stack buffer and reused by every column block of the member.
+// Decode (up to kRows rows) goes block by block over whole panels instead, so each member reads
+// its weights as one front-to-back stream, left to the hardware prefetchers: software prefetch
+// on top of them slowed batch-1 decode on AMD EPYC (as in the AVX-512 twin).
+//
+// Every output element is one FMA chain over k in order, started from y (accumulate) or zero,
+// whatever the tile: a row's result is the same bits whether the product has 1 row or 1000 and
+// wherever the row sits in it (one-shot prefill must equal chunked feeding). One row alone
+// would wait on the FMA latency with a single block's two chains, so it takes kWide blocks at
+// once (2 * kWide independent chains) instead of splitting k over several accumulators, which
+// summed in another order than the multi-row tiles and made decode differ from prefill.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "base/threads.h"
+#include "kernels/avx2/avx2.h"
+#include "kernels/simd_elementwise.h"
+#include "kernels/vec_avx2.h"
+
+namespace ellm::avx2 {
+namespace {
+
+constexpr int kCols = 16;
+constexpr int kRows = 6;
+constexpr int64_t kChunk = 256;                 // k per chunk
+constexpr int64_t kGroupRows = 8 * kRows;       // x group: 48 x 256 floats = 48 KiB of stack
+
+// The 16 outputs of one row and one block are two vectors, acc[0] (columns 0-7) and acc[1]; the
+// helpers below are the only arithmetic on them, the same in every tile.
+using Acc = __m256[2];
+
+inline void load_acc(const float* y, bool load_y, Acc& acc) {
+  acc[0] = load_y ? _mm256_loadu_ps(y) : _mm256_setzero_ps();
+  acc[1] = load_y ? _mm256_loadu_ps(y + 8) : _mm256_setzero_ps();
+}
+
+inline void store_acc(float* y, const Acc& acc) {
+  _mm256_storeu_ps(y, acc[0]);
+  _mm256_storeu_ps(y + 8, acc[1]);
+}
+
+// The block's 16 weights of one k (wk), widened to FP32.
+inline void load_weights(const bf16* wk, __m256& w0, __m256& w1) {
+  w0 = Avx2Vec::load_bf16(wk, 8);
+  w1 = Avx2Vec::load_bf16(wk + 8, 8);
+}
+
+inline void fma_step(__m256 a, __m256 w0, __m256 w1, Acc& acc) {
+  acc[0] = _mm256_fmadd_ps(a, w0, acc[0]);
+  acc[1] = _mm256_fmadd_ps(a, w1, acc[1]);
+}
+
+// y[R][cols] (=|+=) xf[R][len] . W-block (w at the chunk's first k); xf rows ldxf apart.
+template <int R>
+void tile(const float* xf, int64_t ldxf, const bf16* w, int64_t len, float* y, int64_t ldy,
+          int64_t cols, bool load_y) {
+  float edge[R * kCols];  // partial last block: work on a copy of the valid columns
+  float* out = y;
+  int64_t ld = ldy;
+  if (cols < kCols) {
+    out = edge, ld = kCols;
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < kCols; ++c) edge[r * kCols + c] = load_y && c < cols ? y[r * ldy + c] : 0;
+  }
+  Acc acc[R];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) load_acc(out + r * ld, load_y || out == edge, acc[r]);
+  for (int64_t kk = 0; kk < len; ++kk) {
+    __m256 w0, w1;
+    load_weights(w + kk * kCols, w0, w1);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) fma_step(_mm256_broadcast_ss(xf + r * ldxf + kk), w0, w1, acc[r]);
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) store_acc(out + r * ld, acc[r]);
+  if (out == edge)
+    for (int r = 0; r < R; ++r) std::memcpy(y + r * ldy, edge + r * kCols, cols * sizeof(float));
+}
+
+// One row x kWide whole column blocks (y[0][kWide * kCols]); w is the first block's panel at the
+// chunk's first k, the next blocks' panels ldw elements apart. Same arithmetic per element as tile<1>.
+constexpr int kWide = 4;
+void row_wide(const float* xf, const bf16* w, int64_t ldw, int64_t len, float* y, bool load_y) {
+  Acc acc[kWide];
+#pragma GCC unroll 4
+  for (int b = 0; b < kWide; ++b) load_acc(y + b * kCols, load_y, acc[b]);
+  for (int64_t kk = 0; kk < len; ++kk) {
+    __m256 a = _mm256_broadcast_ss(xf + kk), w0, w1;
+#pragma GCC unroll 4
+    for (int b = 0; b < kWide; ++b) {
+      load_weights(w + b * ldw + kk * kCols, w0, w1);
+      fma_step(a, w0, w1, acc[b]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int b = 0; b < kWide; ++b) store_acc(y + b * kCols, acc[b]);
+}
+
+using TileFn = decltype(&tile<1>);
+constexpr TileFn kTiles[kRows + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>};
+
+}  // namespace
+
+void pack_weights(const bf16* w, int64_t n, int64_t k, PackedWeights& out) {
+  int64_t blocks = (n + kCols - 1) / kCols;
+  size_t count = size_t(blocks * k * kCols);
+  out.data = make_buffer<bf16>(count);
+  out.bytes = count * sizeof(bf16);
+  bf16* dst = out.data.get();
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t kk = 0; kk < k; ++kk) dst[((j / kCols) * k + kk) * kCols + j % kCols] = w[j * k + kk];
+}
+
+void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
+            bool accumulate, int member, int n_members, std::atomic<int64_t>* pool) {
+  int64_t blocks = (w.n + kCols - 1) / kCols;
+  alignas(32) float xf[kGroupRows * kChunk];
+  if (m <= kRows) {
+    // Decode: each block's panel whole, so the member streams its weights front to back (k in
+    // chunks that fill the buffer: one chunk up to k = 12288 for one row).
+    const int64_t chunk = kGroupRows * kChunk / m / 8 * 8;
+    share_work(blocks, member, n_members, pool, [&](int64_t b0, int64_t b1) {
+      for (int64_t c0 = 0; c0 < w.k; c0 += chunk) {
+        int64_t len = std::min(chunk, w.k - c0);
+        for (int64_t r = 0; r < m; ++r) simd::convert_bf16_to_f32<Avx2Vec>(x + r * ldx + c0, xf + r * chunk, len);
+        bool load_y = accumulate || c0 > 0;
+        for (int64_t b = b0; b < b1;) {
+          const bf16* panel = w.data.get() + (b * w.k + c0) * kCols;
+          if (m == 1 && b + kWide <= b1 && (b + kWide) * kCols <= w.n) {  // whole blocks only
+            row_wide(xf, panel, w.k * kCols, len, y + b * kCols, load_y);
+            b += kWide;
+          } else {
+            kTiles[m](xf, chunk, panel, len, y + b * kCols, ldy, w.n - b * kCols, load_y);
+            ++b;
+          }
+        }
+      }
+    });
+    return;
+  }
+  auto [b0, b1] = split_range(blocks, member, n_members);
+  if (b0 == b1) return;
+  for (int64_t c0 = 0; c0 < w.k; c0 += kChunk) {
+    int64_t len = std::min(kChunk, w.k - c0);
+    bool load_y = accumulate || c0 > 0;
+    for (int64_t g0 = 0; g0 < m; g0 += kGroupRows) {
+      int64_t g1 = std::min(m, g0 + kGroupRows);
+      for (int64_t r = g0; r < g1; ++r) simd::convert_bf16_to_f32<Avx2Vec>(x + r * ldx + c0, xf + (r - g0) * kChunk, len);
+      for (int64_t b = b0; b < b1; ++b) {
+        const bf16* panel = w.data.get() + (b * w.k + c0) * kCols;
+        for (int64_t r0 = g0; r0 < g1; r0 += kRows) {
+          int64_t rows = std::min<int64_t>(kRows, g1 - r0);
+          kTiles[rows](xf + (r0 - g0) * kChunk, kChunk, panel, len, y + r0 * ldy + b * kCols,
+                       ldy, w.n - b * kCols, load_y);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ellm::avx2

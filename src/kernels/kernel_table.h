@@ -1,0 +1,95 @@
+#pragma once
+// The table of kernels behind the entry points of kernels.h. Each instruction-set tier lives in
+// its own folder (kernels/scalar, avx2, avx512, amx), compiled with that tier's flags, and exports
+// one KernelTable; kernel_table() picks the table of a tier. A tier may leave entries null: they
+// come from the tier below it (the AMX tier has its own matrix product and prefill attention block
+// and runs the AVX-512 kernels for the rest). Nothing outside src/kernels includes this header,
+// and the tier folders include only the headers of kernels/ itself, never each other's.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "base/cpu.h"
+#include "kernels/kernels.h"
+
+namespace ellm {
+
+// The kernels' signatures (function types): a tier declares its own with them (e.g.
+// `MatmulFn matmul;` in kernels/avx2/avx2.h) and the table holds pointers to them. The
+// element-wise and matrix ones are the entry points of kernels.h.
+using ConvertF32ToBf16Fn = void(const float* x, bf16* out, int64_t count);
+using ConvertBf16ToF32Fn = void(const bf16* x, float* out, int64_t count);
+using ConvertF32ToF16Fn = void(const float* x, f16* out, int64_t count);
+using RmsnormFn = void(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight,
+                       float eps, float* out, int64_t ldo);
+using NormRopeFn = void(const float* x, int64_t n_heads, int64_t head_dim, const float* weight,
+                        float eps, const float* cos, const float* sin, float* out, int64_t ldo);
+using SiluMulFn = void(const float* gate, const float* up, float* out, int64_t count);
+// out.data in the tier's private layout (out.n, k and isa are already set).
+using PackWeightsFn = void(const bf16* w, int64_t n, int64_t k, PackedWeights& out);
+using MatmulFn = void(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,
+                      int64_t ldy, bool accumulate, int member, int n_members,
+                      std::atomic<int64_t>* pool);
+
+// One flash-attention step for `rows` query rows of one KV head against positions [p0, p1).
+// Row r is query r / group, head r % group of the group: q + (r / group) * ldq + (r % group) *
+// head_dim. It may see positions < first_end + r / group (causal). k, v point at position 0 of
+// the head; position p is at k + p * ldkv (FP16). Online-softmax state per row: running max m[r],
+// sum l[r], unnormalised output acc[r][head_dim]. Any p1 - p0 (the driver passes 64 positions at
+// a time, or a whole range for a one-head item); s is scratch of attention_scratch_floats.
+using AttentionBlockFn = void(const float* q, int64_t ldq, int64_t group, int64_t rows,
+                              int64_t first_end, const f16* k, const f16* v, int64_t ldkv,
+                              int64_t p0, int64_t p1, int64_t head_dim, float scale, float* m,
+                              float* l, float* acc, float* s);
+
+// attention_block for every KV head at once, for a few query rows (decode): q, m, l and acc are
+// head-major ([n_kv_heads][rows], the head's q at q + h * group * head_dim), k and v point at
+// position 0 of head 0. Any p1 - p0. Reads each position's K and V row once, front to back.
+// Only for the (head_dim, rows) its table's all_heads_supports accepts.
+using AllHeadsFn = void(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
+                        int64_t rows, int64_t first_end, const f16* k, const f16* v, int64_t ldkv,
+                        int64_t p0, int64_t p1, int64_t head_dim, float scale, float* m, float* l,
+                        float* acc, float* s);
+
+// The scratch of the scalar, AVX2 and AVX-512 attention blocks for up to `rows` rows.
+inline size_t default_attention_scratch_floats(int64_t rows, int64_t head_dim) {
+  return size_t(4 * ((rows > 64 ? rows : 64) + head_dim) * 64 + 16);
+}
+
+// The decode shapes the vector tiers' all-heads kernels are built for: head_dim 64 or 128 and 1,
+// 2, 4 or 8 query rows per KV head (every Qwen3 decode shape). The scalar one would take any, but
+// takes these too, so every tier splits a pass into the same work.
+inline bool qwen3_decode_shapes(int64_t head_dim, int64_t rows) {
+  return (head_dim == 64 || head_dim == 128) && (rows == 1 || rows == 2 || rows == 4 || rows == 8);
+}
+
+struct KernelTable {
+  ConvertF32ToBf16Fn* convert_f32_to_bf16;
+  ConvertBf16ToF32Fn* convert_bf16_to_f32;
+  ConvertF32ToF16Fn* convert_f32_to_f16;
+  RmsnormFn* rmsnorm;
+  NormRopeFn* norm_rope;
+  SiluMulFn* silu_mul;
+  PackWeightsFn* pack_weights;
+  MatmulFn* matmul;
+  // Attention: query rows (query x head) per prefill work item, and the block kernel with its
+  // scratch size for up to `rows` rows (acc must have room for rows rounded up to 16).
+  int64_t attention_tile_rows;
+  AttentionBlockFn* attention_block;
+  size_t (*attention_scratch_floats)(int64_t rows, int64_t head_dim);
+  // Forgets what a block kept in its scratch from an earlier call (null: it keeps nothing). The
+  // driver calls it at the start of every pass and after any other kernel used the scratch.
+  void (*forget_attention_scratch)(float* s);
+  bool (*all_heads_supports)(int64_t head_dim, int64_t rows_per_head);
+  AllHeadsFn* attention_block_all_heads;
+};
+
+extern const KernelTable scalar_kernels;  // kernels/scalar/table.cc
+extern const KernelTable avx2_kernels;    // kernels/avx2/table.cc
+extern const KernelTable avx512_kernels;  // kernels/avx512/table.cc
+extern const KernelTable amx_kernels;     // kernels/amx/table.cc
+
+// The tier's table with its null entries filled from the tiers below (dispatch.cc).
+const KernelTable& kernel_table(Isa isa);
+
+}  // namespace ellm

@@ -1,0 +1,54 @@
+// Plain C++ element-wise kernels: the reference the vector versions are tested against.
+#include <cmath>
+
+#include "kernels/scalar/scalar.h"
+
+namespace ellm::scalar {
+
+void convert_f32_to_bf16(const float* x, bf16* out, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) out[i] = f32_to_bf16(x[i]);
+}
+
+void convert_bf16_to_f32(const bf16* x, float* out, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) out[i] = bf16_to_f32(x[i]);
+}
+
+void convert_f32_to_f16(const float* x, f16* out, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) out[i] = f32_to_f16(x[i]);
+}
+
+void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight,
+             float eps, float* out, int64_t ldo) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ldx;
+    float* o = out + r * ldo;
+    double sum_sq = 0;
+    for (int64_t i = 0; i < dim; ++i) sum_sq += double(xr[i]) * xr[i];
+    float inv_rms = 1.0f / std::sqrt(float(sum_sq / dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) o[i] = xr[i] * inv_rms * weight[i];
+  }
+}
+
+void norm_rope(const float* x, int64_t n_heads, int64_t head_dim, const float* weight, float eps,
+               const float* cos, const float* sin, float* out, int64_t ldo) {
+  int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const float* xh = x + h * head_dim;
+    float* o = out + h * ldo;
+    double sum_sq = 0;
+    for (int64_t i = 0; i < head_dim; ++i) sum_sq += double(xh[i]) * xh[i];
+    float inv_rms = 1.0f / std::sqrt(float(sum_sq / head_dim) + eps);
+    for (int64_t i = 0; i < half; ++i) {  // both reads before both writes: out may be x
+      float a = xh[i] * inv_rms * weight[i], b = xh[i + half] * inv_rms * weight[i + half];
+      o[i] = a * cos[i] - b * sin[i];
+      o[i + half] = b * cos[i] + a * sin[i];
+    }
+    if (head_dim % 2) o[head_dim - 1] = xh[head_dim - 1] * inv_rms * weight[head_dim - 1];
+  }
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+}  // namespace ellm::scalar

@@ -1,0 +1,20 @@
+#pragma once
+// The scalar tier: plain C++ kernels, the reference the vector tiers are tested against and
+// the tails they leave. Exported through scalar_kernels (kernel_table.h); only this folder
+// includes this header.
+#include "kernels/kernel_table.h"
+
+namespace ellm::scalar {
+
+ConvertF32ToBf16Fn convert_f32_to_bf16;
+ConvertBf16ToF32Fn convert_bf16_to_f32;
+ConvertF32ToF16Fn convert_f32_to_f16;
+RmsnormFn rmsnorm;
+NormRopeFn norm_rope;
+SiluMulFn silu_mul;
+PackWeightsFn pack_weights;
+MatmulFn matmul;
+AttentionBlockFn attention_block;
+AllHeadsFn attention_block_all_heads;
+
+}  // namespace ellm::scalar

@@ -1,0 +1,23 @@
+// The scalar tier's kernel table.
+#include "kernels/scalar/scalar.h"
+
+namespace ellm {
+
+const KernelTable scalar_kernels = {
+    .convert_f32_to_bf16 = scalar::convert_f32_to_bf16,
+    .convert_bf16_to_f32 = scalar::convert_bf16_to_f32,
+    .convert_f32_to_f16 = scalar::convert_f32_to_f16,
+    .rmsnorm = scalar::rmsnorm,
+    .norm_rope = scalar::norm_rope,
+    .silu_mul = scalar::silu_mul,
+    .pack_weights = scalar::pack_weights,
+    .matmul = scalar::matmul,
+    .attention_tile_rows = 32,
+    .attention_block = scalar::attention_block,
+    .attention_scratch_floats = default_attention_scratch_floats,
+    .forget_attention_scratch = nullptr,
+    .all_heads_supports = qwen3_decode_shapes,
+    .attention_block_all_heads = scalar::attention_block_all_heads,
+};
+
+}  // namespace ellm

@@ -1,0 +1,149 @@
+#pragma once
+// e^x and the element-wise kernels, written once over a vector-traits type V (kernels/vec_*.h)
+// and instantiated by each SIMD tier with its own compile flags (kernels/<tier>/elementwise.cc),
+// so the 8- and 16-lane versions are one algorithm. Whole vectors here; a tail shorter than a
+// vector is a masked vector where V has masks (V::kMaskedTail), else the scalar twin.
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/kernel_table.h"
+
+namespace ellm::simd {
+
+// e^x to ~2 ulp (Cephes expf polynomial) over the whole float range: below -104 the result
+// rounds to 0, above 88.8 it is inf, and tiny results go subnormal (V::scale_pow2 rounds once).
+template <class V>
+inline typename V::F exp(typename V::F x) {
+  using F = typename V::F;
+  x = V::max(x, V::set1(-104.0f));
+  x = V::min(x, V::set1(88.8f));
+  F n = V::round_nearest(V::mul(x, V::set1(1.44269504088896341f)));
+  F r = V::fnmadd(n, V::set1(0.693359375f), x);
+  r = V::fnmadd(n, V::set1(-2.12194440e-4f), r);
+  F p = V::set1(1.9875691500e-4f);
+  p = V::fmadd(p, r, V::set1(1.3981999507e-3f));
+  p = V::fmadd(p, r, V::set1(8.3334519073e-3f));
+  p = V::fmadd(p, r, V::set1(4.1665795894e-2f));
+  p = V::fmadd(p, r, V::set1(1.6666665459e-1f));
+  p = V::fmadd(p, r, V::set1(5.0000001201e-1f));
+  p = V::fmadd(p, V::mul(r, r), V::add(r, V::set1(1.0f)));
+  return V::scale_pow2(p, n);
+}
+
+// Calls body(i, n) for i = 0, L, 2L, ... with n = the elements left (whole vectors, then a masked
+// tail where V has masks); returns where the scalar twin must take over.
+template <class V, class Body>
+inline int64_t for_vectors(int64_t count, Body&& body) {
+  constexpr int64_t L = V::kLanes;
+  int64_t i = 0;
+  for (; i + L <= count; i += L) body(i, L);
+  if constexpr (V::kMaskedTail) {
+    if (i < count) body(i, count - i);
+    return count;
+  }
+  return i;
+}
+
+// Integer round-to-nearest-even, bit-identical to f32_to_bf16 (vcvtneps2bf16 would flush
+// denormals).
+template <class V>
+void convert_f32_to_bf16(const float* x, bf16* out, int64_t count) {
+  const auto abs_mask = V::set1_i(0x7fffffff), inf = V::set1_i(0x7f800000);
+  int64_t done = for_vectors<V>(count, [&](int64_t i, int64_t n) {
+    auto bits = V::bits(V::load(x + i, n));
+    auto odd = V::and_i(V::high_half(bits), V::set1_i(1));
+    auto rounded = V::high_half(V::add_i(bits, V::add_i(odd, V::set1_i(0x7fff))));
+    auto quiet_nan = V::or_i(V::high_half(bits), V::set1_i(0x40));
+    auto nan = V::lanes_greater(V::and_i(bits, abs_mask), inf);
+    V::store_u16(out + i, V::select_i(nan, rounded, quiet_nan), n);
+  });
+  scalar_kernels.convert_f32_to_bf16(x + done, out + done, count - done);
+}
+
+template <class V>
+void convert_bf16_to_f32(const bf16* x, float* out, int64_t count) {
+  int64_t done = for_vectors<V>(count, [&](int64_t i, int64_t n) {
+    V::store(out + i, V::load_bf16(x + i, n), n);
+  });
+  scalar_kernels.convert_bf16_to_f32(x + done, out + done, count - done);
+}
+
+// Saturates first, as f32_to_f16 does; the limit goes first so a NaN passes through min/max.
+template <class V>
+void convert_f32_to_f16(const float* x, f16* out, int64_t count) {
+  const auto limit = V::set1(65504.0f), minus_limit = V::set1(-65504.0f);
+  int64_t done = for_vectors<V>(count, [&](int64_t i, int64_t n) {
+    V::store_f16(out + i, V::max(minus_limit, V::min(limit, V::load(x + i, n))), n);
+  });
+  scalar_kernels.convert_f32_to_f16(x + done, out + done, count - done);
+}
+
+template <class V>
+void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight,
+             float eps, float* out, int64_t ldo) {
+  constexpr int64_t L = V::kLanes, A = V::kSumAccumulators;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ldx;
+    float* o = out + r * ldo;
+    typename V::F sum[A];
+    for (auto& s : sum) s = V::zero();
+    int64_t i = 0;
+    for (; i + A * L <= dim; i += A * L)
+      for (int64_t a = 0; a < A; ++a) {
+        auto v = V::load(xr + i + a * L);
+        sum[a] = V::fmadd(v, v, sum[a]);
+      }
+    i += for_vectors<V>(dim - i, [&](int64_t j, int64_t n) {
+      auto v = V::load(xr + i + j, n);
+      sum[0] = V::fmadd(v, v, sum[0]);
+    });
+    for (int64_t a = 1; a < A; ++a) sum[0] = V::add(sum[0], sum[a]);
+    float sum_sq = V::hsum(sum[0]);
+    for (; i < dim; ++i) sum_sq += xr[i] * xr[i];
+    float inv_rms = 1.0f / std::sqrt(sum_sq / float(dim) + eps);
+    auto vinv = V::set1(inv_rms);
+    i = for_vectors<V>(dim, [&](int64_t j, int64_t n) {
+      V::store(o + j, V::mul(V::mul(V::load(xr + j, n), vinv), V::load(weight + j, n)), n);
+    });
+    for (; i < dim; ++i) o[i] = xr[i] * inv_rms * weight[i];
+  }
+}
+
+template <class V>
+void norm_rope(const float* x, int64_t n_heads, int64_t head_dim, const float* weight, float eps,
+               const float* cos, const float* sin, float* out, int64_t ldo) {
+  const int64_t half = head_dim / 2;
+  if (head_dim % 2 || (!V::kMaskedTail && half % V::kLanes))
+    return scalar_kernels.norm_rope(x, n_heads, head_dim, weight, eps, cos, sin, out, ldo);
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const float* lo = x + h * head_dim;
+    const float* hi = lo + half;
+    auto sum = V::zero();
+    for_vectors<V>(head_dim, [&](int64_t i, int64_t n) {
+      auto v = V::load(lo + i, n);
+      sum = V::fmadd(v, v, sum);
+    });
+    auto inv_rms = V::set1(1.0f / std::sqrt(V::hsum(sum) / float(head_dim) + eps));
+    float* o = out + h * ldo;
+    for_vectors<V>(half, [&](int64_t i, int64_t n) {
+      auto a = V::mul(V::mul(V::load(lo + i, n), inv_rms), V::load(weight + i, n));
+      auto b = V::mul(V::mul(V::load(hi + i, n), inv_rms), V::load(weight + half + i, n));
+      auto c = V::load(cos + i, n), s = V::load(sin + i, n);
+      V::store(o + i, V::fmsub(a, c, V::mul(b, s)), n);
+      V::store(o + half + i, V::fmadd(b, c, V::mul(a, s)), n);
+    });
+  }
+}
+
+template <class V>
+void silu_mul(const float* gate, const float* up, float* out, int64_t count) {
+  const auto one = V::set1(1.0f);
+  int64_t done = for_vectors<V>(count, [&](int64_t i, int64_t n) {
+    auto g = V::load(gate + i, n);
+    auto silu = V::div(g, V::add(one, exp<V>(V::sub(V::zero(), g))));
+    V::store(out + i, V::mul(silu, V::load(up + i, n)), n);
+  });
+  scalar_kernels.silu_mul(gate + done, up + done, out + done, count - done);
+}
+
+}  // namespace ellm::simd

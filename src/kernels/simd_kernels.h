@@ -1,0 +1,33 @@
+#pragma once
+// The kernel table of a SIMD tier: the shared templates (simd_elementwise.h,
+// simd_attention_prefill.h, simd_attention_decode.h) instantiated for its vector traits V, plus
+// the tier's own matrix product. Included by the tier's table.cc, so the templates are
+// compiled with the tier's flags.
+#include "kernels/kernel_table.h"
+#include "kernels/simd_attention_decode.h"
+#include "kernels/simd_attention_prefill.h"
+#include "kernels/simd_elementwise.h"
+
+namespace ellm::simd {
+
+template <class V>
+constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul) {
+  return {
+      .convert_f32_to_bf16 = convert_f32_to_bf16<V>,
+      .convert_bf16_to_f32 = convert_bf16_to_f32<V>,
+      .convert_f32_to_f16 = convert_f32_to_f16<V>,
+      .rmsnorm = rmsnorm<V>,
+      .norm_rope = norm_rope<V>,
+      .silu_mul = silu_mul<V>,
+      .pack_weights = pack_weights,
+      .matmul = matmul,
+      .attention_tile_rows = 32,
+      .attention_block = attention_block<V>,
+      .attention_scratch_floats = default_attention_scratch_floats,
+      .forget_attention_scratch = nullptr,
+      .all_heads_supports = qwen3_decode_shapes,
+      .attention_block_all_heads = attention_block_all_heads<V>,
+  };
+}
+
+}  // namespace ellm::simd

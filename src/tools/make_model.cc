@@ -1,0 +1,255 @@
+#include "tools/make_model.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "base/log.h"
+
+namespace ellm {
+namespace {
+
+namespace fs = std::filesystem;
+
+ModelConfig dense(int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads,
+                  int64_t head_dim, int64_t ffn, bool tied) {
+  ModelConfig c;
+  c.architecture = "Qwen3ForCausalLM";
+  c.vocab_size = 151936;
+  c.hidden_size = hidden;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.intermediate_size = ffn;
+  c.max_position_embeddings = 40960;
+  c.rope_theta = 1000000.0;
+  c.rms_norm_eps = 1e-6;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+ModelConfig moe(ModelConfig c, int64_t experts, int64_t per_token, int64_t expert_ffn) {
+  c.architecture = "Qwen3MoeForCausalLM";
+  c.num_experts = experts;
+  c.num_experts_per_tok = per_token;
+  c.moe_intermediate_size = expert_ffn;
+  c.norm_topk_prob = true;
+  c.decoder_sparse_step = 1;
+  return c;
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t hash_name(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+bool is_norm(const std::string& name) { return name.find("norm.weight") != std::string::npos; }
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  if (!f) fail(path, "write failed");
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  return {"tiny", "tiny-moe", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-30b-a3b"};
+}
+
+ModelConfig preset_config(const std::string& name) {
+  if (name == "tiny") return dense(64, 3, 4, 2, 32, 128, true);
+  if (name == "tiny-moe") {
+    ModelConfig c = moe(dense(64, 4, 4, 2, 32, 128, false), 32, 8, 32);
+    c.mlp_only_layers = {2};
+    return c;
+  }
+  if (name == "qwen3-0.6b") return dense(1024, 28, 16, 8, 128, 3072, true);
+  if (name == "qwen3-1.7b") return dense(2048, 28, 16, 8, 128, 6144, true);
+  if (name == "qwen3-4b") return dense(2560, 36, 32, 8, 128, 9728, true);
+  if (name == "qwen3-8b") return dense(4096, 36, 32, 8, 128, 12288, false);
+  if (name == "qwen3-30b-a3b") return moe(dense(2048, 48, 32, 4, 128, 6144, false), 128, 8, 768);
+  std::string list;
+  for (const std::string& n : preset_names()) list += (list.empty() ? "" : ", ") + n;
+  fail("--preset", "unknown preset '" + name + "' (known: " + list + ")");
+}
+
+std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& c) {
+  std::vector<TensorSpec> specs;
+  int64_t h = c.hidden_size, hd = c.head_dim;
+  specs.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    std::string p = "model.layers." + std::to_string(l) + ".";
+    specs.push_back({p + "input_layernorm.weight", {h}});
+    specs.push_back({p + "self_attn.q_proj.weight", {c.q_dim(), h}});
+    specs.push_back({p + "self_attn.k_proj.weight", {c.kv_dim(), h}});
+    specs.push_back({p + "self_attn.v_proj.weight", {c.kv_dim(), h}});
+    specs.push_back({p + "self_attn.q_norm.weight", {hd}});
+    specs.push_back({p + "self_attn.k_norm.weight", {hd}});
+    specs.push_back({p + "self_attn.o_proj.weight", {h, c.q_dim()}});
+    specs.push_back({p + "post_attention_layernorm.weight", {h}});
+    if (c.is_moe_layer(l)) {
+      specs.push_back({p + "mlp.gate.weight", {c.num_experts, h}});
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        std::string q = p + "mlp.experts." + std::to_string(e) + ".";
+        specs.push_back({q + "gate_proj.weight", {c.moe_intermediate_size, h}});
+        specs.push_back({q + "up_proj.weight", {c.moe_intermediate_size, h}});
+        specs.push_back({q + "down_proj.weight", {h, c.moe_intermediate_size}});
+      }
+    } else {
+      specs.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, h}});
+      specs.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, h}});
+      specs.push_back({p + "mlp.down_proj.weight", {h, c.intermediate_size}});
+    }
+  }
+  specs.push_back({"model.norm.weight", {h}});
+  if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, h}});
+  return specs;
+}
+
+void make_model(const MakeModelOptions& o) {
+  ModelConfig config = preset_config(o.preset);
+  if (o.layers < 0) fail("--layers", "must be positive");
+  if (o.layers > 0) config.num_hidden_layers = o.layers;
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
+    if (!fs::exists(fs::path(o.tokenizer_dir) / file))
+      fail(o.tokenizer_dir + "/" + file, "missing (pass --tokenizer-from DIR with the Qwen3 tokenizer files)");
+  write_random_model(config, o.out_dir, o.seed, o.shards, read_special_token_ids(o.tokenizer_dir));
+  std::error_code ec;
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
+    fs::path from = fs::path(o.tokenizer_dir) / file;
+    if (!fs::exists(from)) continue;
+    fs::path to = fs::path(o.out_dir) / file;
+    fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+    if (ec) fail(from.string(), "cannot copy (" + ec.message() + ")");
+    fs::permissions(to, fs::perms::owner_write, fs::perm_options::add, ec);
+  }
+}
+
+SpecialTokenIds read_special_token_ids(const std::string& tokenizer_dir) {
+  const std::string path = tokenizer_dir + "/tokenizer.json";
+  std::ifstream f(path);
+  if (!f) fail(path, "cannot open");
+  SpecialTokenIds ids;
+  try {
+    for (const auto& added : nlohmann::json::parse(f).value("added_tokens", nlohmann::json::array())) {
+      const std::string content = added.value("content", "");
+      if (content == "<|endoftext|>") ids.endoftext = added.value("id", -1);
+      if (content == "<|im_end|>") ids.im_end = added.value("id", -1);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, std::string("unexpected structure: ") + e.what());
+  }
+  return ids;
+}
+
+void write_random_model(const ModelConfig& config, const std::string& out_dir, uint64_t seed,
+                        int shards, const SpecialTokenIds& special) {
+  if (shards < 1) fail("--shards", "must be at least 1");
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) fail(out_dir, "cannot create directory (" + ec.message() + ")");
+
+  write_text(out_dir + "/config.json",
+             model_config_json(config, special.endoftext, special.im_end));
+  nlohmann::ordered_json gen;
+  const bool known = special.endoftext >= 0 && special.im_end >= 0;
+  if (known) gen["bos_token_id"] = special.endoftext;
+  gen["do_sample"] = true;
+  if (known) gen["eos_token_id"] = {special.im_end, special.endoftext};
+  if (known) gen["pad_token_id"] = special.endoftext;
+  gen["temperature"] = 0.6;
+  gen["top_k"] = 20;
+  gen["top_p"] = 0.95;
+  gen["transformers_version"] = "4.51.0";
+  write_text(out_dir + "/generation_config.json", gen.dump(2) + "\n");
+
+  // Weights: uniform noise with standard deviation 0.02 (as HF initialises), norms near 1.
+  // Counter-based, so the values depend only on (seed, tensor name, element index).
+  std::vector<TensorSpec> specs = checkpoint_tensors(config);
+  std::vector<uint64_t> tensor_seeds(specs.size());
+  uint64_t total_bytes = 0;
+  std::vector<uint64_t> bytes(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    tensor_seeds[i] = splitmix64(seed * 0x632be59bd9b4e019ull ^ hash_name(specs[i].name));
+    bytes[i] = 2;
+    for (int64_t d : specs[i].shape) bytes[i] *= uint64_t(d);
+    total_bytes += bytes[i];
+  }
+  Progress progress("writing weights", size_t(total_bytes >> 20));
+  uint64_t written = 0;
+  TensorFill fill = [&](size_t tensor, int64_t first, int64_t count, uint16_t* out) {
+    bool norm = is_norm(specs[tensor].name);
+    float scale = norm ? 0.1f : 0.02f * std::sqrt(3.0f);  // half-width of the uniform range
+    float center = norm ? 1.0f : 0.0f;
+    uint64_t s = tensor_seeds[tensor];
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t e = first + i;
+      uint64_t r = splitmix64(s + uint64_t(e >> 2));
+      uint32_t bits16 = uint32_t(r >> (16 * (e & 3))) & 0xffff;
+      float u = float(bits16) * (2.0f / 65535.0f) - 1.0f;  // [-1, 1]
+      float v = center + scale * u;
+      uint32_t f;
+      __builtin_memcpy(&f, &v, 4);
+      f += 0x7fffu + ((f >> 16) & 1);  // round to nearest even (values are finite)
+      out[i] = uint16_t(f >> 16);
+    }
+    written += uint64_t(count) * 2;
+    progress.update(size_t(written >> 20));
+  };
+
+  std::vector<std::string> files;
+  std::vector<std::vector<size_t>> shard_tensors;
+  if (shards == 1) {
+    files.push_back("model.safetensors");
+    shard_tensors.emplace_back();
+    for (size_t i = 0; i < specs.size(); ++i) shard_tensors[0].push_back(i);
+  } else {
+    // Consecutive tensors, cut where the running size crosses each shard's share; no shard is
+    // left empty.
+    if (size_t(shards) > specs.size())
+      fail("--shards", "more shards than the " + std::to_string(specs.size()) + " tensors");
+    uint64_t share = (total_bytes + shards - 1) / shards, running = 0;
+    shard_tensors.resize(shards);
+    size_t shard = 0;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      size_t shards_left = size_t(shards) - shard - 1, tensors_left = specs.size() - i;
+      bool full = running >= share * (shard + 1) || tensors_left == shards_left;
+      if (full && shards_left > 0 && !shard_tensors[shard].empty()) ++shard;
+      shard_tensors[shard].push_back(i);
+      running += bytes[i];
+    }
+    char name[64];
+    for (int s = 0; s < shards; ++s) {
+      std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, shards);
+      files.push_back(name);
+    }
+  }
+  for (size_t s = 0; s < files.size(); ++s)
+    write_safetensors(out_dir + "/" + files[s], specs, shard_tensors[s], fill);
+  if (shards > 1) {
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", total_bytes}};
+    nlohmann::ordered_json map = nlohmann::ordered_json::object();
+    for (size_t s = 0; s < files.size(); ++s)
+      for (size_t i : shard_tensors[s]) map[specs[i].name] = files[s];
+    index["weight_map"] = map;
+    write_text(out_dir + "/model.safetensors.index.json", index.dump(2) + "\n");
+  }
+  progress.finish(std::to_string(total_bytes >> 20) + " MiB in " + std::to_string(files.size()) +
+                  " file(s)");
+}
+
+}  // namespace ellm

@@ -1,0 +1,45 @@
+#pragma once
+// Random-weight models in Hugging Face layout, for tests, benchmarks and the default model.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/safetensors.h"
+
+namespace ellm {
+
+std::vector<std::string> preset_names();
+ModelConfig preset_config(const std::string& name);  // throws Error listing the presets
+
+// Every tensor a checkpoint of this config holds, with its Hugging Face name and shape.
+std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& config);
+
+struct MakeModelOptions {
+  std::string preset;
+  int64_t layers = 0;  // 0 = the preset's depth
+  uint64_t seed = 0;
+  int shards = 1;
+  std::string out_dir;
+  std::string tokenizer_dir;  // holds tokenizer.json, tokenizer_config.json, chat_template.jinja
+};
+
+// Writes config.json, generation_config.json, the weights (streamed) and the tokenizer files.
+void make_model(const MakeModelOptions& options);
+
+// The special tokens a model folder's config.json and generation_config.json name, as the
+// tokenizer files define them (-1: unknown).
+struct SpecialTokenIds {
+  int32_t endoftext = -1;  // <|endoftext|>: bos, pad and the second eos
+  int32_t im_end = -1;     // <|im_end|>: the end of a chat turn, the first eos
+};
+
+// From <tokenizer_dir>/tokenizer.json added_tokens. Throws Error naming the file.
+SpecialTokenIds read_special_token_ids(const std::string& tokenizer_dir);
+
+// Writes config.json, generation_config.json and random weights for any config (tests use
+// shapes no preset has). Without known special tokens, the files name none.
+void write_random_model(const ModelConfig& config, const std::string& out_dir, uint64_t seed,
+                        int shards, const SpecialTokenIds& special = {});
+
+}  // namespace ellm
