@@ -108,8 +108,11 @@ SamplingRequest parse_sampling(const json& body, const SamplingParams& defaults)
     // vLLM: every chunk carries the usage so far; only together with include_usage.
     if (auto v = bool_field(*opts, "continuous_usage_stats")) r.continuous_usage = *v && r.include_usage;
   }
-  if (auto n = int_field(body, "n"); n && *n != 1)
-    throw_bad_request("'n' must be 1: ellm returns one choice per request", "n");
+  if (auto n = int_field(body, "n")) {
+    if (*n < 1 || *n > kMaxChoices)
+      throw_bad_request("'n' must be between 1 and " + std::to_string(kMaxChoices), "n");
+    r.n = static_cast<int>(*n);
+  }
   if (auto n = int_field(body, "best_of"); n && *n != 1)
     throw_bad_request("'best_of' must be 1", "best_of");
 

@@ -35,8 +35,11 @@ struct SamplingRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool continuous_usage = false;  // stream_options.continuous_usage_stats (with include_usage)
   bool logprobs = false;
+  int n = 1;                   // choices from one prompt (each its own sampling stream)
   GenerateRequest generate;    // everything but the prompt; max_tokens -1 when not given
 };
+
+constexpr int kMaxChoices = 16;
 
 struct ChatRequest : SamplingRequest {
   nlohmann::ordered_json messages;                                   // non-empty array of objects

@@ -24,6 +24,21 @@ std::shared_ptr<RequestStream> Server::Impl::submit(GenerateRequest request) {
   }
 }
 
+std::vector<std::shared_ptr<RequestStream>> Server::Impl::submit_choices(const GenerateRequest& request, int n) {
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  try {
+    for (int i = 0; i < n; ++i) {
+      GenerateRequest choice = request;
+      if (choice.sampling.seed) choice.sampling.seed = *choice.sampling.seed + uint64_t(i);
+      streams.push_back(submit(std::move(choice)));
+    }
+  } catch (...) {
+    for (auto& stream : streams) stream->cancel();
+    throw;
+  }
+  return streams;
+}
+
 namespace {
 
 // Tokens of logprobs rendered per SSE chunk at most. The engine merges what a slow reader has not
@@ -56,13 +71,38 @@ StreamEvent take_piece(std::optional<StreamEvent>& backlog) {
 
 }  // namespace
 
+// The response of n choices: choice i's chunks and response carry index i; the usage counts the
+// prompt once and the completions of all choices (the OpenAI counts).
+namespace {
+
+void index_choices(nlohmann::json& chunk, size_t index) {
+  for (auto& choice : chunk["choices"]) choice["index"] = index;
+}
+
+bool is_usage_chunk(const nlohmann::json& chunk) {
+  return chunk.contains("usage") && chunk["choices"].empty();
+}
+
+// Sums completion tokens into `total` (the first usage seen keeps its prompt and cached counts).
+void add_usage(nlohmann::json& total, const nlohmann::json& usage) {
+  if (total.is_null()) {
+    total = usage;
+    return;
+  }
+  total["completion_tokens"] = total["completion_tokens"].get<int64_t>() + usage["completion_tokens"].get<int64_t>();
+  total["total_tokens"] = total["prompt_tokens"].get<int64_t>() + total["completion_tokens"].get<int64_t>();
+}
+
+}  // namespace
+
 // Streaming: the provider is called again and again on this connection's HTTP thread. It waits
 // briefly for engine events, writes them, and sends an SSE comment when idle so a vanished
-// client is noticed (the write fails) and its request cancelled. A client that stops reading
-// blocks only this thread (httplib gives up after the write timeout); the engine goes on, and
-// what the client has not taken waits compactly in its RequestStream.
+// client is noticed (the write fails) and its requests cancelled. A client that stops reading
+// blocks only this thread (the write timeout ends it); the engine goes on, and what the client
+// has not taken waits compactly in each RequestStream.
 template <class Output>
-void Server::Impl::respond(std::shared_ptr<RequestStream> stream, std::shared_ptr<Output> output, bool streaming,
+void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
+                           std::vector<std::shared_ptr<Output>> outputs, bool streaming, bool include_usage,
                            httplib::Response& res) {
   using Clock = std::chrono::steady_clock;
   constexpr int kPollMs = 100;
@@ -76,65 +116,121 @@ void Server::Impl::respond(std::shared_ptr<RequestStream> stream, std::shared_pt
     ~InFlight() { count--; }
   };
   auto guard = std::make_shared<InFlight>(in_flight);
+  const size_t n = streams.size();
+  auto cancel_all = [streams] {
+    for (const auto& stream : streams) stream->cancel();
+  };
+  auto all_finished = [outputs] {
+    return std::all_of(outputs.begin(), outputs.end(), [](const auto& o) { return o->finished(); });
+  };
+  // Waits up to kPollMs for one choice's event: one stream alone waits on it; several are
+  // polled in turn, a share of the time each.
+  auto wait_ms = n == 1 ? kPollMs : std::max(1, kPollMs / int(n));
 
   if (!streaming) {
     // Nothing is written until the end, so a client that hangs up is noticed by looking at its
-    // socket (as the stream's keep-alives do for streams): then the request is cancelled and
-    // its slot freed within an engine step.
+    // socket (as the stream's keep-alives do for streams): then the requests are cancelled and
+    // their slots freed within an engine step.
     auto next_check = Clock::now();
-    while (!output->finished()) {
-      if (past_grace()) stream->cancel();
+    while (!all_finished()) {
+      if (past_grace()) cancel_all();
       if (Clock::now() >= next_check) {
-        if (HttpServer::client_gone()) stream->cancel();
+        if (HttpServer::client_gone()) cancel_all();
         next_check = Clock::now() + std::chrono::milliseconds(kPollMs);
       }
-      std::optional<StreamEvent> event = stream->next(kPollMs);
-      if (!event) continue;
-      if (event->finished && event->finish_reason == FinishReason::error)
-        throw ApiError(500, "internal_server_error", "generation failed: " + event->error);
-      output->on_event(*event);
+      for (size_t i = 0; i < n; ++i) {
+        if (outputs[i]->finished()) continue;
+        std::optional<StreamEvent> event = streams[i]->next(wait_ms);
+        if (!event) continue;
+        if (event->finished && event->finish_reason == FinishReason::error) {
+          cancel_all();
+          throw ApiError(500, "internal_server_error", "generation failed: " + event->error);
+        }
+        outputs[i]->on_event(*event);
+      }
     }
-    send_json(res, 200, output->response());
+    json out = outputs[0]->response();
+    if (n > 1) {
+      json usage;
+      out["choices"] = json::array();
+      for (size_t i = 0; i < n; ++i) {
+        json one = outputs[i]->response();
+        index_choices(one, i);
+        out["choices"].push_back(one["choices"][0]);
+        add_usage(usage, one["usage"]);
+      }
+      out["usage"] = usage;
+    }
+    send_json(res, 200, out);
     return;
   }
 
-  auto last_write = std::make_shared<Clock::time_point>(Clock::now());
-  auto backlog = std::make_shared<std::optional<StreamEvent>>();  // taken from the stream, not yet sent
+  struct Progress {
+    std::vector<std::optional<StreamEvent>> backlog;  // taken from a stream, not yet sent
+    json usage;                                       // n > 1: the choices' usage, summed
+    Clock::time_point last_write = Clock::now();
+  };
+  auto progress = std::make_shared<Progress>();
+  progress->backlog.resize(n);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, stream, output, last_write, backlog, guard](size_t, httplib::DataSink& sink) {
-        if (past_grace()) stream->cancel();
+      [this, streams, outputs, progress, guard, n, include_usage, wait_ms, cancel_all, all_finished](
+          size_t, httplib::DataSink& sink) {
+        if (past_grace()) cancel_all();
         std::string out;
         // Drain what is ready (one write for a burst of tokens), a bounded amount per call.
-        while (out.size() < kBytesPerWrite) {
-          if (!*backlog) *backlog = stream->next(out.empty() ? kPollMs : 0);
-          if (!*backlog) break;
-          StreamEvent event = take_piece(*backlog);
-          if (event.finished && event.finish_reason == FinishReason::error) {
-            out += sse_data(error_json(ApiError(500, "internal_server_error", "generation failed: " + event.error)));
-            out += "data: [DONE]\n\n";
-            if (!sink.write(out.data(), out.size())) stream->cancel();
-            sink.done();
-            return true;
+        for (bool any = true; any && out.size() < kBytesPerWrite;) {
+          any = false;
+          for (size_t i = 0; i < n && out.size() < kBytesPerWrite; ++i) {
+            auto& backlog = progress->backlog[i];
+            if (outputs[i]->finished()) continue;
+            if (!backlog) backlog = streams[i]->next(out.empty() ? wait_ms : 0);
+            if (!backlog) continue;
+            any = true;
+            StreamEvent event = take_piece(backlog);
+            if (event.finished && event.finish_reason == FinishReason::error) {
+              out += sse_data(error_json(ApiError(500, "internal_server_error", "generation failed: " + event.error)));
+              out += "data: [DONE]\n\n";
+              cancel_all();
+              sink.write(out.data(), out.size());
+              sink.done();
+              return true;
+            }
+            for (json& chunk : outputs[i]->on_event(event)) {
+              if (n > 1 && is_usage_chunk(chunk)) {  // one usage chunk for all choices, at the end
+                add_usage(progress->usage, chunk["usage"]);
+                continue;
+              }
+              if (n > 1) index_choices(chunk, i);
+              out += sse_data(chunk);
+            }
           }
-          for (const json& chunk : output->on_event(event)) out += sse_data(chunk);
-          if (event.finished) break;
         }
-        if (output->finished()) out += "data: [DONE]\n\n";
-        else if (out.empty() && Clock::now() - *last_write > std::chrono::seconds(1)) out = ": keep-alive\n\n";
+        const bool done = all_finished();
+        if (done && n > 1 && include_usage && !progress->usage.is_null()) {
+          json chunk = outputs[0]->response();
+          chunk["object"] = chunk["object"].get<std::string>() == "chat.completion" ? "chat.completion.chunk"
+                                                                                     : chunk["object"];
+          chunk.erase("usage");
+          chunk["choices"] = json::array();
+          chunk["usage"] = progress->usage;
+          out += sse_data(chunk);
+        }
+        if (done) out += "data: [DONE]\n\n";
+        else if (out.empty() && Clock::now() - progress->last_write > std::chrono::seconds(1)) out = ": keep-alive\n\n";
         if (!out.empty()) {
           if (!sink.write(out.data(), out.size())) {
-            stream->cancel();
+            cancel_all();
             return false;
           }
-          *last_write = Clock::now();
+          progress->last_write = Clock::now();
         }
-        if (output->finished()) sink.done();
+        if (done) sink.done();
         return true;
       },
-      [stream](bool success) {
-        if (!success) stream->cancel();  // client gone: the engine frees the slot within a step
+      [cancel_all](bool success) {
+        if (!success) cancel_all();  // client gone: the engine frees the slots within a step
       });
 }
 
@@ -153,10 +249,13 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   ResponseMeta meta{random_id("chatcmpl-"), options.model_name, unix_time(), request.include_usage, request.logprobs, request.stream};
   meta.continuous_usage = request.stream && request.continuous_usage;
   meta.prompt_tokens = static_cast<int64_t>(request.generate.prompt.size());
-  auto parser = std::make_unique<OutputParser>(parse_tools ? options.tool_call_format : ToolCallFormat::none,
-                                               options.parse_reasoning, prompt_opens_reasoning(prompt), json(tools));
-  auto output = std::make_shared<ChatOutput>(std::move(meta), std::move(parser), [this](int32_t id) { return engine.token_text(id); });
-  respond(submit(std::move(request.generate)), output, request.stream, res);
+  std::vector<std::shared_ptr<ChatOutput>> outputs;
+  for (int i = 0; i < request.n; ++i) {
+    auto parser = std::make_unique<OutputParser>(parse_tools ? options.tool_call_format : ToolCallFormat::none,
+                                                 options.parse_reasoning, prompt_opens_reasoning(prompt), json(tools));
+    outputs.push_back(std::make_shared<ChatOutput>(meta, std::move(parser), [this](int32_t id) { return engine.token_text(id); }));
+  }
+  respond(submit_choices(request.generate, request.n), std::move(outputs), request.stream, request.include_usage, res);
 }
 
 void Server::Impl::completions(const httplib::Request& req, httplib::Response& res) {
@@ -170,8 +269,10 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   ResponseMeta meta{random_id("cmpl-"), options.model_name, unix_time(), request.include_usage, request.logprobs, request.stream};
   meta.continuous_usage = request.stream && request.continuous_usage;
   meta.prompt_tokens = static_cast<int64_t>(request.generate.prompt.size());
-  auto output = std::make_shared<TextOutput>(std::move(meta), std::move(echo), [this](int32_t id) { return engine.token_text(id); });
-  respond(submit(std::move(request.generate)), output, request.stream, res);
+  std::vector<std::shared_ptr<TextOutput>> outputs;
+  for (int i = 0; i < request.n; ++i)
+    outputs.push_back(std::make_shared<TextOutput>(meta, echo, [this](int32_t id) { return engine.token_text(id); }));
+  respond(submit_choices(request.generate, request.n), std::move(outputs), request.stream, request.include_usage, res);
 }
 
 }  // namespace ellm

@@ -26,10 +26,14 @@ struct Server::Impl {
   // Shared steps of a generation request.
   void check_model_name(const std::string& requested) const;
   std::shared_ptr<RequestStream> submit(GenerateRequest request);
+  // n choices of one prompt: n requests, choice i seeded with seed + i when a seed is given. The
+  // engine prefills the prompt once and copies it to the others (a prefill in flight is waited
+  // for). All or none are submitted.
+  std::vector<std::shared_ptr<RequestStream>> submit_choices(const GenerateRequest& request, int n);
   // Serves one generation: Output is ChatOutput or TextOutput.
   template <class Output>
-  void respond(std::shared_ptr<RequestStream> stream, std::shared_ptr<Output> output, bool streaming,
-               httplib::Response& res);
+  void respond(std::vector<std::shared_ptr<RequestStream>> streams, std::vector<std::shared_ptr<Output>> outputs,
+               bool streaming, bool include_usage, httplib::Response& res);
   bool past_grace() const;  // shutting down and the grace period is over: cancel
 
   Engine& engine;

@@ -106,7 +106,8 @@ def test_bad_input(s):
     expect_error(s, 400, "POST", chat, raw=b'{"messages": [{"role": "user", "content": "x"}], "temperature": NaN}')
     expect_error(s, 400, "POST", chat, dict(CHAT, max_tokens=0), param="max_tokens")
     expect_error(s, 400, "POST", chat, dict(CHAT, max_tokens=-5), param="max_tokens")
-    expect_error(s, 400, "POST", chat, dict(CHAT, n=3), param="n")
+    expect_error(s, 400, "POST", chat, dict(CHAT, n=17), param="n")
+    expect_error(s, 400, "POST", chat, dict(CHAT, n=0), param="n")
     expect_error(s, 404, "POST", chat, dict(CHAT, model="no-such-model"), param="model")
     expect_error(s, 400, "POST", chat, dict(CHAT, max_tokens=600), param="max_tokens", contains="512")
     expect_error(s, 400, "POST", "/v1/completions", {"prompt": [1] * 512}, contains="512")  # exactly the limit
