@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   python3 python3-jinja2 curl
+  haproxy systemd  # tests/e2e/test_haproxy.py, test_systemd_unit.py (systemd-analyze verify)
 )
 missing=()
 for p in "${packages[@]}"; do

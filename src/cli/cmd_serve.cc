@@ -82,7 +82,7 @@ int cmd_serve(int argc, char** argv) {
   CLI::App app{"OpenAI/vLLM-compatible HTTP server", "ellm serve"};
   std::string model_path, host = "0.0.0.0", served_name, api_key, chat_template_file, tool_parser;
   std::string kv_memory = "0", max_body = "8M", scripted;
-  std::string session_memory, session_dir, session_disk;
+  std::string session_memory, session_dir, session_disk, replica_id;
   int port = 8000, threads = 0;
   int64_t sequence_length = 0, batch_size = 4, chunk_size = 0, max_queue = 64;
   double shutdown_grace = 10, request_deadline = 60, write_timeout = 30;
@@ -119,6 +119,8 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--session-dir", session_dir,
                  "directory for sessions beyond --session-memory; they survive restarts and may be shared by replicas (default: none)");
   app.add_option("--session-disk", session_disk, "disk budget of --session-dir, e.g. 100G (default: half the free space there)");
+  app.add_option("--replica-id", replica_id,
+                 "this replica's name in /metrics (label replica) and the X-Ellm-Replica header (default: the hostname)");
   app.add_option("--scripted-output", scripted, "testing: comma-separated token ids emitted instead of sampling");
   try {
     // A flag given twice takes its last value, as in vLLM (and wrapper scripts rely on it).
@@ -182,6 +184,11 @@ int cmd_serve(int argc, char** argv) {
   server_options.model_name = served_name;
   server_options.model_path = model_path;
   server_options.api_key = api_key;
+  if (replica_id.empty()) {
+    char name[256] = {};
+    replica_id = gethostname(name, sizeof name - 1) == 0 && name[0] ? name : "ellm";
+  }
+  server_options.replica_id = replica_id;
   server_options.max_body_bytes = parse_byte_size(max_body, "serve --max-body-size");
   server_options.tool_call_format =
       tool_parser.empty() ? detect_tool_call_format(chat_template.source()) : tool_call_format_by_name(tool_parser);

@@ -36,9 +36,11 @@ std::string escape_label(const std::string& s) {
 
 }  // namespace
 
-std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, const std::string& model_name) {
+std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, const std::string& model_name,
+                            const std::string& replica) {
   std::ostringstream out;
-  const std::string label = "model_name=\"" + escape_label(model_name) + "\"";
+  const std::string replica_label = replica.empty() ? "" : ",replica=\"" + escape_label(replica) + "\"";
+  const std::string label = "model_name=\"" + escape_label(model_name) + "\"" + replica_label;
   auto scalar = [&](const char* name, const char* type, const char* help, double value) {
     out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
         << name << '{' << label << "} " << number(value) << '\n';
@@ -87,7 +89,7 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, co
   out << "# HELP ellm:http_responses_total HTTP responses by route and status.\n"
       << "# TYPE ellm:http_responses_total counter\n";
   for (const auto& [key, count] : http.snapshot())
-    out << "ellm:http_responses_total{route=\"" << escape_label(key.first) << "\",status=\"" << key.second << "\"} " << count << '\n';
+    out << "ellm:http_responses_total{route=\"" << escape_label(key.first) << "\",status=\"" << key.second << '"' << replica_label << "} " << count << '\n';
   return out.str();
 }
 

@@ -22,6 +22,8 @@ class HttpCounters {
   std::map<std::pair<std::string, int>, int64_t> counts_;
 };
 
-std::string prometheus_text(const EngineMetrics& engine, const HttpCounters& http, const std::string& model_name);
+// Every sample carries model_name and, unless empty, replica (which server of a scaled-out set).
+std::string prometheus_text(const EngineMetrics& engine, const HttpCounters& http, const std::string& model_name,
+                            const std::string& replica = "");
 
 }  // namespace ellm

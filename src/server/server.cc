@@ -49,6 +49,8 @@ Server::Impl::Impl(Engine& engine, const ChatTemplate& chat_template, ServerOpti
   http.set_tcp_nodelay(true);
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // Which replica answered, on every response (set before routing, so errors carry it too).
+    if (!options.replica_id.empty()) res.set_header("X-Ellm-Replica", options.replica_id);
     if (!options.api_key.empty() && needs_auth(req.path) &&
         req.get_header_value("Authorization") != "Bearer " + options.api_key) {
       send_error(res, ApiError(401, "authentication_error", "invalid or missing API key (send 'Authorization: Bearer <key>')"));
@@ -118,7 +120,7 @@ Server::Impl::Impl(Engine& engine, const ChatTemplate& chat_template, ServerOpti
     else res.status = 200;
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(prometheus_text(this->engine.metrics(), counters, options.model_name), "text/plain; version=0.0.4");
+    res.set_content(prometheus_text(this->engine.metrics(), counters, options.model_name, options.replica_id), "text/plain; version=0.0.4");
   });
 }
 

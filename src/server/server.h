@@ -19,6 +19,7 @@ struct ServerOptions {
   std::string model_name;                 // what /v1/models lists and requests must name
   std::string model_path;                 // shown as the model's root
   std::string api_key;                    // "" = no authentication
+  std::string replica_id;                 // label replica= in /metrics, header X-Ellm-Replica ("" = neither)
   size_t max_body_bytes = 8u << 20;       // larger bodies get 413
   ToolCallFormat tool_call_format = ToolCallFormat::none;
   bool parse_reasoning = true;            // split <think>...</think> into reasoning_content

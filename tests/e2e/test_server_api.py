@@ -128,7 +128,7 @@ def test_metrics(s):
                  "ellm:generation_tokens_total", "ellm:session_cache_hit_tokens_total",
                  "ellm:time_to_first_token_seconds_bucket", "ellm:inter_token_latency_seconds_count",
                  "ellm:e2e_request_latency_seconds_sum", "ellm:kv_cache_resident_bytes",
-                 'ellm:http_responses_total{route="/v1/chat/completions",status="200"}']:
+                 'ellm:http_responses_total{route="/v1/chat/completions",status="200"']:
         check(name in text, f"{name} missing from /metrics")
     values = {l.split("{")[0]: float(l.rsplit(" ", 1)[1]) for l in text.split("\n") if l.startswith("ellm:") and "_bucket" not in l}
     check(values["ellm:generation_tokens_total"] > 0, "generation tokens counted")

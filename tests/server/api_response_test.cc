@@ -2,6 +2,8 @@
 // reasoning land in their fields, usage and finish reasons are right.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "server/api_response.h"
 #include "server/metrics.h"
 
@@ -254,6 +256,21 @@ TEST(Metrics, PrometheusTextHasCountersAndCumulativeHistograms) {
   EXPECT_NE(text.find("ellm:time_to_first_token_seconds_count{model_name=\"tiny \\\"q\\\"\"} 4\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE ellm:e2e_request_latency_seconds histogram"), std::string::npos);
   EXPECT_NE(text.find("ellm:http_responses_total{route=\"/v1/models\",status=\"200\"} 2\n"), std::string::npos);
+}
+
+TEST(Metrics, EverySampleCarriesTheReplicaLabel) {
+  EngineMetrics m;
+  m.requests_running = 1;
+  m.time_to_first_token = {{0.1}, {1, 1}, 0.05, 1};
+  HttpCounters http;
+  http.count("/health", 200);
+  std::string text = prometheus_text(m, http, "tiny", "r-1");
+  EXPECT_NE(text.find("ellm:num_requests_running{model_name=\"tiny\",replica=\"r-1\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("ellm:sessions{model_name=\"tiny\",replica=\"r-1\",tier=\"hot\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("ellm:http_responses_total{route=\"/health\",status=\"200\",replica=\"r-1\"} 1\n"), std::string::npos) << text;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] != '#') EXPECT_NE(line.find("replica=\"r-1\""), std::string::npos) << line;
 }
 
 }  // namespace
