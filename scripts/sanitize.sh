@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:-}
 root=$PWD
-e2e='^e2e_test_(server_api|load|hostile|server_openai|sessions)$'
+e2e='^e2e_test_(server_api|load|hostile|server_openai|sessions|choices)$'
 case "$kind" in
   asan)
     flags=-DELLM_SANITIZE=ON
@@ -26,7 +26,7 @@ logs=$root/$dir/sanitizer-logs
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$flags" >/dev/null
 # shellcheck disable=SC2086
 cmake --build "$dir" -j "$(nproc)" --target $targets
-[ -d tests/e2e/node_modules/openai ] || e2e='^e2e_test_(server_api|load|hostile|sessions)$'
+[ -d tests/e2e/node_modules/openai ] || e2e='^e2e_test_(server_api|load|hostile|sessions|choices)$'
 
 rm -rf "$logs" && mkdir -p "$logs"
 export ASAN_OPTIONS="detect_leaks=1:log_path=$logs/asan"

@@ -167,6 +167,8 @@ int64_t Scheduler::drop_sessions() {
 void Scheduler::enqueue(QueuedRequest request) {
   {
     std::lock_guard lock(mutex_);
+    // After shutdown no step would ever take it: refuse rather than leave it hanging.
+    if (stopping_) throw QueueFull("the server is shutting down");
     // Requests that will find an idle slot at the next step do not count as waiting.
     if (int64_t(queue_.size()) >= options_.max_queue + idle_slots_)
       throw QueueFull("the request queue is full (" + std::to_string(options_.max_queue) +

@@ -130,7 +130,8 @@ TEST(ChatRequest, WrongTypesAndAbsurdValuesAre400) {
   expect_chat_error(with("stop", 5), 400, "stop");
   expect_chat_error(with("stop", json::array({"a", 1})), 400, "stop");
   expect_chat_error(with("stream", "yes"), 400, "stream");
-  expect_chat_error(with("n", 2), 400, "n");
+  expect_chat_error(with("n", 17), 400, "n");
+  expect_chat_error(with("n", 0), 400, "n");
   expect_chat_error(with("presence_penalty", 3), 400, "presence_penalty");
   expect_chat_error(with("repetition_penalty", 0), 400, "repetition_penalty");
   expect_chat_error(with("top_logprobs", 3), 400, "top_logprobs");  // without logprobs: true
@@ -141,6 +142,7 @@ TEST(ChatRequest, WrongTypesAndAbsurdValuesAre400) {
   expect_chat_error(with("stop_token_ids", json::array({-1})), 400, "stop_token_ids");
   // n = 1 is fine.
   EXPECT_NO_THROW(parse_chat_request(with("n", 1), defaults()));
+  EXPECT_EQ(parse_chat_request(with("n", 16), defaults()).n, 16);
 }
 
 TEST(ChatRequest, ToolChoiceForms) {
