@@ -170,7 +170,7 @@ void Scheduler::enqueue(QueuedRequest request) {
     // After shutdown no step would ever take it: refuse rather than leave it hanging.
     if (stopping_) throw QueueFull("the server is shutting down");
     // Requests that will find an idle slot at the next step do not count as waiting.
-    if (int64_t(queue_.size()) >= options_.max_queue + idle_slots_)
+    if (int64_t(queue_.size()) + placing_ >= options_.max_queue + idle_slots_)
       throw QueueFull("the request queue is full (" + std::to_string(options_.max_queue) +
                       " waiting); retry later");
     queue_.push_back(std::move(request));
@@ -263,6 +263,7 @@ void Scheduler::admit() {
       if (queue_.empty()) break;
       queued = std::move(queue_.front());
       queue_.pop_front();
+      ++placing_;  // still counts as waiting for the queue's limit
     }
     Placement placement = Placement::placed;
     try {
@@ -270,11 +271,16 @@ void Scheduler::admit() {
     } catch (const std::exception& e) {
       queued.stream->push(end_event(FinishReason::error, "could not start the request: " + what(e)));
     }
-    if (placement == Placement::placed) continue;
+    if (placement == Placement::placed) {
+      std::lock_guard lock(mutex_);
+      --placing_;
+      continue;
+    }
     passed.push_back(std::move(queued));
     if (placement == Placement::wait) break;
   }
   std::lock_guard lock(mutex_);
+  placing_ -= int64_t(passed.size());
   for (auto it = passed.rbegin(); it != passed.rend(); ++it) queue_.push_front(std::move(*it));
 }
 
@@ -426,7 +432,10 @@ Scheduler::Placement Scheduler::place(QueuedRequest& queued) {
   slot.busy = true;
   slot.reserved = reserve;
   slot.last_used = ++clock_;
-  --idle_slots_;
+  {
+    std::lock_guard lock(mutex_);
+    --idle_slots_;
+  }
   ++running_;
   local_metrics_.prompt_tokens_total += n_prompt;
   local_metrics_.cached_tokens_total += reuse;

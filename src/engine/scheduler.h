@@ -111,6 +111,7 @@ class Scheduler {
   std::condition_variable wake_;
   std::deque<QueuedRequest> queue_;
   int idle_slots_ = 0;
+  int64_t placing_ = 0;  // taken off the queue by admit() and not yet placed or put back
   bool stopping_ = false;
   bool drop_hot_ = false;
   EngineMetrics metrics_;
