@@ -8,7 +8,6 @@
 // and checks exactly the bytes it read. Files are written to a temporary name, synced, then
 // renamed: a reader sees a whole file or none, even with several servers on one directory.
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <span>
 #include <string>

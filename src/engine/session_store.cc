@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/hash.h"
 #include "base/log.h"
+#include "engine/slots.h"
 
 namespace ellm {
 namespace {
@@ -18,12 +19,6 @@ using SteadyClock = std::chrono::steady_clock;
 
 bool starts_with(std::span<const int32_t> tokens, std::span<const int32_t> prefix) {
   return tokens.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), tokens.begin());
-}
-
-int64_t common_length(std::span<const int32_t> a, std::span<const int32_t> b) {
-  size_t n = std::min(a.size(), b.size()), i = 0;
-  while (i < n && a[i] == b[i]) ++i;
-  return int64_t(i);
 }
 
 std::string hex_id(uint64_t id) {
@@ -186,7 +181,7 @@ StoredMatch SessionStore::find(std::span<const int32_t> prompt, int64_t max_toke
   uint64_t best_used = 0;
   for (uint64_t id : *deepest) {
     const Entry& e = entries_.at(id);
-    int64_t n = std::min(common_length(e.tokens, prompt), max_tokens);
+    int64_t n = std::min(int64_t(common_prefix(e.tokens, prompt)), max_tokens);
     SessionTier tier = e.ram ? SessionTier::ram : SessionTier::disk;
     bool better = n > best.tokens ||
                   (n == best.tokens && (tier < best.tier || (tier == best.tier && e.last_used > best_used)));
@@ -238,7 +233,6 @@ int64_t SessionStore::restore(const StoredMatch& match, int64_t capacity, const 
   lock.unlock();
   ranges_for(end, dst);
   std::string why;
-  std::vector<std::span<const uint8_t>> unused;
   bool ok = read_session_kv(path, options_.identity, end, std::span<const std::span<uint8_t>>(dst), why);
   const double seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
   lock.lock();
