@@ -18,7 +18,7 @@ std::shared_ptr<RequestStream> Server::Impl::submit(GenerateRequest request) {
   try {
     return engine.submit(std::move(request));
   } catch (const QueueFull& e) {
-    throw ApiError(429, "rate_limit_error", std::string("the server is busy: ") + e.what() + "; retry later");
+    throw ApiError(429, "rate_limit_error", std::string("the server is busy: ") + e.what());
   } catch (const RequestError& e) {
     throw ApiError(400, "invalid_request_error", e.what(), e.param);
   }
