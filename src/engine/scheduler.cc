@@ -512,25 +512,30 @@ void Scheduler::run_pass() {
   take_results(parts_);
 }
 
-// Runs batch_ in parts of a few layer-rows each; between two parts, when the generating slots
-// would otherwise wait past the stall limit, one decode step for them. Returns false when every
-// request in the pass was cancelled and the pass was dropped.
+// Runs batch_ in parts (a layer over some rows each); between two parts, when the generating
+// slots would otherwise wait past the stall limit, one decode step for them. Returns false when
+// every request in the pass was cancelled and the pass was dropped.
 bool Scheduler::run_in_parts() {
   const double stall = options_.max_decode_stall_seconds;
   const int64_t n = int64_t(batch_.size());
-  // A part should take at most a quarter of the stall limit.
-  const double seconds_per_row = prefill_seconds_per_token_ / double(std::max<int64_t>(1, model_.config().num_hidden_layers));
-  const int64_t rows_per_part =
-      std::clamp<int64_t>(int64_t(stall / 4 / std::max(seconds_per_row, 1e-9)), 16, n);
-  double prefill_seconds = 0, part_seconds = 0;
+  // Parts of about a quarter of the stall limit: the first sized from the last pass's speed,
+  // each next one from the part before (at most twice as many rows: attention grows with them).
+  const double part_target = stall / 4;
+  const int64_t layers = std::max<int64_t>(1, model_.config().num_hidden_layers);
+  int64_t rows = std::clamp<int64_t>(int64_t(part_target * double(layers) / prefill_seconds_per_token_), 16, n);
+  double prefill_seconds = 0;
   auto last_token = Clock::now();  // the previous pass gave the generating slots theirs
-  model_.begin_pass(batch_, rows_per_part);
+  model_.begin_pass(batch_);
   for (;;) {
     const auto start = Clock::now();
-    const bool done = model_.run_part(logits_.data());
-    part_seconds = seconds_between(start, Clock::now());
+    const bool done = model_.run_part(rows, logits_.data());
+    const double part_seconds = seconds_between(start, Clock::now());
     prefill_seconds += part_seconds;
     if (done) break;
+    const int64_t next_rows = std::clamp<int64_t>(
+        int64_t(double(rows) * std::min(2.0, part_target / std::max(part_seconds, 1e-6))), 16, n);
+    const double next_part_seconds = part_seconds * double(next_rows) / double(rows);
+    rows = next_rows;
     bool all_cancelled = std::all_of(parts_.begin(), parts_.end(),
                                      [&](const PassPart& p) { return active_[p.slot]->stream->cancelled(); });
     if (all_cancelled) {
@@ -541,7 +546,7 @@ bool Scheduler::run_in_parts() {
       }
       return false;
     }
-    if (seconds_between(last_token, Clock::now()) + part_seconds + decode_step_seconds_ >= stall) {
+    if (seconds_between(last_token, Clock::now()) + next_part_seconds + decode_step_seconds_ >= stall) {
       decode_between_parts();
       last_token = Clock::now();
     }

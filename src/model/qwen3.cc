@@ -142,8 +142,8 @@ void Qwen3Model::validate(std::span<const BatchToken> tokens) const {
 
 void Qwen3Model::forward(std::span<const BatchToken> tokens, float* logits) {
   if (!pass_.open) {
-    begin_pass(tokens, std::max<int64_t>(1, int64_t(tokens.size())));
-    while (!run_part(logits)) {
+    begin_pass(tokens);
+    while (!run_part(int64_t(tokens.size()), logits)) {
     }
     return;
   }
@@ -163,26 +163,25 @@ void Qwen3Model::forward(std::span<const BatchToken> tokens, float* logits) {
   report_pass();
 }
 
-void Qwen3Model::begin_pass(std::span<const BatchToken> tokens, int64_t rows_per_part) {
+void Qwen3Model::begin_pass(std::span<const BatchToken> tokens) {
   if (pass_.open) fail("begin_pass", "a pass is already in progress");
-  if (rows_per_part <= 0) fail("begin_pass", "rows per part must be positive");
   validate(tokens);
   pass_.tokens.assign(tokens.begin(), tokens.end());
   std::fill(pass_.has_slot.begin(), pass_.has_slot.end(), 0);
   for (const BatchToken& t : tokens) pass_.has_slot[t.slot] = 1;
   pass_.layer = pass_.row = 0;
-  pass_.rows_per_part = rows_per_part;
   pass_.open = !tokens.empty();
   if (pass_.open) commit_and_embed({pass_.tokens, act_.x, act_.rope_cos, act_.rope_sin});
 }
 
-bool Qwen3Model::run_part(float* logits) {
+bool Qwen3Model::run_part(int64_t max_rows, float* logits) {
   if (!pass_.open) return true;
+  if (max_rows <= 0) fail("run_part", "a part needs at least one row");
   const int64_t n = int64_t(pass_.tokens.size()), H = config_.hidden_size, half = config_.head_dim / 2;
   try {
     // Rows [begin, end) of layer pass_.layer: attention reads the KV rows earlier parts of this
     // layer wrote, so the parts of a layer add up to the whole layer exactly.
-    const int64_t begin = pass_.row, end = std::min(n, begin + pass_.rows_per_part);
+    const int64_t begin = pass_.row, end = std::min(n, begin + max_rows);
     layer(pass_.layer, {std::span(pass_.tokens).subspan(begin, end - begin), act_.x + begin * H,
                         act_.rope_cos + begin * half, act_.rope_sin + begin * half});
     pass_.row = end;

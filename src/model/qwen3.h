@@ -69,8 +69,8 @@ class Qwen3Model final : public Model {
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_pass_tokens() const override { return max_tokens_; }
   void forward(std::span<const BatchToken> tokens, float* logits) override;
-  void begin_pass(std::span<const BatchToken> tokens, int64_t rows_per_part) override;
-  bool run_part(float* logits) override;
+  void begin_pass(std::span<const BatchToken> tokens) override;
+  bool run_part(int64_t max_rows, float* logits) override;
   void cancel_pass() override { pass_.open = false; }
   void release_kv(int slot, int64_t from_position) override;
   size_t kv_resident_bytes() const override { return kv_.resident_bytes(); }
@@ -126,7 +126,7 @@ class Qwen3Model final : public Model {
     bool open = false;
     std::vector<BatchToken> tokens;  // capacity max_tokens_, reserved at load
     std::vector<char> has_slot;      // [batch]
-    int64_t layer = 0, row = 0, rows_per_part = 0;
+    int64_t layer = 0, row = 0;
   } pass_;
   std::atomic<uint64_t> expert_bytes_read_{0};  // by the MoE layers of this pass
   int64_t solo_reported_ = 0;                   // the team's solo switches at the last report

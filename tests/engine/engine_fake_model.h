@@ -67,26 +67,32 @@ class FakeModel : public Model {
     feed(tokens, logits);
   }
 
-  // Parts: kLayers "layers" over rows_per_part rows each, part_delay_ms each; the tokens are
-  // fed (KV written, logits filled) by the part that ends the pass.
+  // Parts: kLayers "layers" of the pass's rows, each part max_rows of them (not past the end
+  // of a layer), part_delay_us_per_row each; the tokens are fed (KV written, logits filled) by
+  // the part that ends the pass.
   static constexpr int64_t kLayers = 4;
-  void begin_pass(std::span<const BatchToken> tokens, int64_t rows_per_part) override {
+  void begin_pass(std::span<const BatchToken> tokens) override {
     if (int64_t(tokens.size()) > max_pass_tokens()) fail("fake", "too many tokens in a pass");
-    if (rows_per_part <= 0) fail("fake", "rows per part must be positive");
     std::lock_guard lock(mutex_);
     if (open_) fail("fake", "a pass is already open");
     open_tokens_.assign(tokens.begin(), tokens.end());
-    rows_per_part_ = rows_per_part;
-    parts_left_ = kLayers * ((int64_t(tokens.size()) + rows_per_part - 1) / rows_per_part);
+    layer_ = row_ = 0;
     open_ = !tokens.empty();
     ++split_passes_;
   }
-  bool run_part(float* logits) override {
-    if (part_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(part_delay_ms.load()));
+  bool run_part(int64_t max_rows, float* logits) override {
+    if (max_rows <= 0) fail("fake", "a part needs rows");
     std::lock_guard lock(mutex_);
     if (!open_) return true;
     ++parts_run_;
-    if (--parts_left_ > 0) return false;
+    const int64_t end = std::min<int64_t>(int64_t(open_tokens_.size()), row_ + max_rows);
+    std::this_thread::sleep_for(std::chrono::microseconds(part_delay_us_per_row * (end - row_)));
+    row_ = end;
+    if (row_ == int64_t(open_tokens_.size())) {
+      row_ = 0;
+      ++layer_;
+    }
+    if (layer_ < kLayers) return false;
     open_ = false;
     feed(open_tokens_, logits);
     return true;
@@ -96,7 +102,7 @@ class FakeModel : public Model {
     open_ = false;
     ++cancelled_passes_;
   }
-  std::atomic<int> part_delay_ms{0}, pass_delay_ms{0};  // slow parts and passes down
+  std::atomic<int> part_delay_us_per_row{0}, pass_delay_ms{0};  // slow parts and passes down
   std::atomic<int64_t> cancelled_passes_{0};
 
  private:
@@ -167,7 +173,7 @@ class FakeModel : public Model {
   std::atomic<int64_t> split_passes_{0}, parts_run_{0}, passes_between_parts_{0};
   bool open_ = false;
   std::vector<BatchToken> open_tokens_;
-  int64_t rows_per_part_ = 0, parts_left_ = 0;
+  int64_t layer_ = 0, row_ = 0;
 };
 
 // The greedy continuation the fake model implies for a prompt.

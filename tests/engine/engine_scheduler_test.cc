@@ -193,7 +193,7 @@ struct WhileGenerating {
 TEST(EngineScheduler, LongPrefillRunsInPartsWhileOthersDecode) {
   WhileGenerating busy(0.2, 30);
   FakeModel* model = busy.fake.model;
-  model->part_delay_ms = 10;  // 4 layers x 30 parts of 50 rows: about 1.2 s
+  model->part_delay_us_per_row = 200;  // 4 layers x 1500 rows: 1.2 s
   const auto long_prompt = prompt_of(1500, 31);
   Outcome long_out = collect(busy.fake.engine->submit(greedy(long_prompt, 3)));
   EXPECT_EQ(long_out.ids, fake_greedy(long_prompt, 3));
@@ -216,7 +216,7 @@ TEST(EngineScheduler, NoStallLimitMeansOnePass) {
 TEST(EngineScheduler, CancelledLongPrefillStopsBetweenParts) {
   WhileGenerating busy(0.2, 34);
   FakeModel* model = busy.fake.model;
-  model->part_delay_ms = 10;
+  model->part_delay_us_per_row = 200;
   const auto long_prompt = prompt_of(1500, 35);
   auto long_one = busy.fake.engine->submit(greedy(long_prompt, 3));
   for (int i = 0; i < 1000 && model->parts_run() < 10; ++i)
@@ -226,9 +226,9 @@ TEST(EngineScheduler, CancelledLongPrefillStopsBetweenParts) {
   EXPECT_EQ(aborted.end.finish_reason, FinishReason::abort);
   EXPECT_EQ(aborted.end.completion_tokens, 0);
   EXPECT_EQ(model->cancelled_passes_, 1);
-  EXPECT_LT(model->parts_run(), 4 * 30);
+  EXPECT_LT(model->parts_run(), 4 * 1500 / 16);
   busy.stop();
-  model->part_delay_ms = 0;
+  model->part_delay_us_per_row = 0;
   model->pass_delay_ms = 0;
   Outcome again = collect(busy.fake.engine->submit(greedy(long_prompt, 3)));
   EXPECT_EQ(again.ids, fake_greedy(long_prompt, 3));
