@@ -107,7 +107,9 @@ class Scheduler {
   bool in_parts_ = false;
   std::vector<BatchToken> step_batch_;
   std::vector<PassPart> step_parts_;
-  double prefill_seconds_per_token_ = 1e-3;  // measured (all layers); a fast CPU's at first
+  // Measured (all layers); at first a slow CPU's, so that the first part of the first long
+  // prefill is short rather than seconds long.
+  double prefill_seconds_per_token_ = 20e-3;
   double decode_step_seconds_ = 0;        // measured
   std::vector<float> logits_;  // [batch_size][vocab]
   std::unique_ptr<SessionStore> store_;  // null without the session cache
