@@ -514,7 +514,7 @@ void Scheduler::run_pass() {
 
 // Runs batch_ in parts (a layer over some rows each); between two parts, when the generating
 // slots would otherwise wait past the stall limit, one decode step for them. Returns false when
-// every request in the pass was cancelled and the pass was dropped.
+// the pass was dropped: every request in it was cancelled, or the scheduler is stopping.
 bool Scheduler::run_in_parts() {
   const double stall = options_.max_decode_stall_seconds;
   const int64_t n = int64_t(batch_.size());
@@ -538,7 +538,12 @@ bool Scheduler::run_in_parts() {
     rows = next_rows;
     bool all_cancelled = std::all_of(parts_.begin(), parts_.end(),
                                      [&](const PassPart& p) { return active_[p.slot]->stream->cancelled(); });
-    if (all_cancelled) {
+    bool stopping = false;
+    {
+      std::lock_guard lock(mutex_);
+      stopping = stopping_;
+    }
+    if (all_cancelled || stopping) {  // a shutdown need not wait for the rest of a long prefill
       model_.cancel_pass();
       for (const PassPart& part : parts_) {
         forget(slots_[part.slot]);

@@ -235,6 +235,21 @@ TEST(EngineScheduler, CancelledLongPrefillStopsBetweenParts) {
   EXPECT_EQ(again.end.cached_tokens, 0);
 }
 
+// A shutdown stops a long prefill at the next part instead of waiting for all of it.
+TEST(EngineScheduler, ShutdownStopsALongPrefillBetweenParts) {
+  WhileGenerating busy(0.2, 36);
+  FakeModel* model = busy.fake.model;
+  model->part_delay_us_per_row = 200;
+  auto long_one = busy.fake.engine->submit(greedy(prompt_of(1500, 37), 3));
+  for (int i = 0; i < 1000 && model->parts_run() < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  busy.fake.engine->shutdown(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  EXPECT_EQ(collect(long_one).end.finish_reason, FinishReason::abort);
+  EXPECT_EQ(collect(busy.stream).end.finish_reason, FinishReason::abort);
+  EXPECT_EQ(model->cancelled_passes_, 1);
+  EXPECT_LT(model->parts_run(), 4 * 1500 / 16);
+}
+
 TEST(EngineScheduler, CancelledWhileWaitingNeverRuns) {
   auto [model, engine] = make_engine(limits(4096, 1));
   auto busy = engine->submit(greedy(prompt_of(8, 14), 4000));
