@@ -25,20 +25,28 @@ inline void fp8_block_rows(const float* xf, int64_t ldxf, const uint8_t* codes, 
                            float scale, float* out) {
   using F = typename V::F;
   constexpr int kVectors = int(kFp8Cols) / V::kLanes;
+  // Every loop unrolled, so the partial sums stay in registers.
   F partial[R][kVectors];
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
     for (int v = 0; v < kVectors; ++v) partial[r][v] = V::zero();
   for (int64_t kk = 0; kk < len; ++kk) {
     F w[kVectors];
+#pragma GCC unroll 8
     for (int v = 0; v < kVectors; v += 2)
       V::load_fp8_x2(codes + kk * kFp8Cols + v * V::kLanes, w[v], w[v + 1]);
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       F a = V::set1(xf[r * ldxf + kk]);
+#pragma GCC unroll 8
       for (int v = 0; v < kVectors; ++v) partial[r][v] = V::fmadd(a, w[v], partial[r][v]);
     }
   }
   const F factor = V::set1(scale * 256.0f);  // the codes were widened times 2^-8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
     for (int v = 0; v < kVectors; ++v) {
       float* o = out + r * kFp8Cols + v * V::kLanes;
       V::store(o, V::fmadd(partial[r][v], factor, V::load(o)));
