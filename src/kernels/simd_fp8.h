@@ -4,8 +4,8 @@
 // factor per block and 128 k.
 //
 // A member streams its blocks front to back. Per block and 128 k, each row's partial dot
-// product runs over the codes widened in registers (V::load_fp8_x2: the values times 2^-8,
-// exactly), then out = partial * (factor * 2^8) + out, once per 128 k. The x rows are widened to
+// product runs over the codes widened in registers (V::load_fp8_x2, or the cheaper
+// V::load_fp8_x2_normal where the block has no exponent-0 code: the values times 2^-8, exactly), then out = partial * (factor * 2^8) + out, once per 128 k. The x rows are widened to
 // FP32 once per call into the thread's scratch.
 #include <algorithm>
 #include <atomic>
@@ -20,7 +20,7 @@ constexpr int64_t kFp8DecodeRows = 4;
 
 // out[R][32] += (xf[R][len] . codes[len][32]) * scale, xf rows ldxf apart; codes at the block's
 // first k of this 128.
-template <class V, int R>
+template <class V, int R, bool kNormal>
 inline void fp8_block_rows(const float* xf, int64_t ldxf, const uint8_t* codes, int64_t len,
                            float scale, float* out) {
   using F = typename V::F;
@@ -35,7 +35,10 @@ inline void fp8_block_rows(const float* xf, int64_t ldxf, const uint8_t* codes, 
     F w[kVectors];
 #pragma GCC unroll 8
     for (int v = 0; v < kVectors; v += 2)
-      V::load_fp8_x2(codes + kk * kFp8Cols + v * V::kLanes, w[v], w[v + 1]);
+      if constexpr (kNormal)
+        V::load_fp8_x2_normal(codes + kk * kFp8Cols + v * V::kLanes, w[v], w[v + 1]);
+      else
+        V::load_fp8_x2(codes + kk * kFp8Cols + v * V::kLanes, w[v], w[v + 1]);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       F a = V::set1(xf[r * ldxf + kk]);
@@ -72,12 +75,12 @@ void matmul_fp8(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, f
       const float* scales = w.scales.get() + b * w.k_blocks;
       for (int64_t kb = 0; kb < w.k_blocks; ++kb) {
         const int64_t k0 = kb * kFp8BlockK, len = std::min(kFp8BlockK, k - k0);
+        const bool normal = !w.exponent0_blocks[b * w.k_blocks + kb];
         for (int64_t r = 0; r < m; r += 2) {
           const float* xr = xf + r * k + k0;
-          if (r + 1 < m)
-            fp8_block_rows<V, 2>(xr, k, codes + k0 * kFp8Cols, len, scales[kb], out + r * kFp8Cols);
-          else
-            fp8_block_rows<V, 1>(xr, k, codes + k0 * kFp8Cols, len, scales[kb], out + r * kFp8Cols);
+          auto* rows = r + 1 < m ? (normal ? fp8_block_rows<V, 2, true> : fp8_block_rows<V, 2, false>)
+                                 : (normal ? fp8_block_rows<V, 1, true> : fp8_block_rows<V, 1, false>);
+          rows(xr, k, codes + k0 * kFp8Cols, len, scales[kb], out + r * kFp8Cols);
         }
       }
       for (int64_t r = 0; r < m; ++r)
