@@ -49,9 +49,8 @@ class Loader {
     const TensorInfo& t = store_.get(name);
     const std::string& file = t.file->path();
     if (t.dtype == Dtype::other)
-      fail(file, "tensor '" + name + "' has dtype " + t.dtype_name +
-                     ", which is not supported (expected BF16, F16, F32, or F8_E4M3 for linear "
-                     "weights)");
+      fail(file, "tensor '" + name + "' has dtype " + t.dtype_name + ", expected BF16, F16" +
+                     (allow_fp8 ? ", F32 or F8_E4M3" : " or F32"));
     if (t.dtype == Dtype::f8_e4m3 && !allow_fp8)
       fail(file, "tensor '" + name + "' is F8_E4M3, but only linear weights may be FP8");
     if (t.shape != shape)
