@@ -52,9 +52,24 @@ const PackedWeights& weights(int64_t n, int64_t k) {
   return *slot;
 }
 
-void BM_matmul(benchmark::State& state, int64_t n, int64_t k) {
+// The same shapes as FP8 E4M3 weights (random finite codes, factors near 1/448).
+const PackedWeights& fp8_weights(int64_t n, int64_t k) {
+  static std::map<std::pair<int64_t, int64_t>, std::unique_ptr<PackedWeights>> cache;
+  auto& slot = cache[{n, k}];
+  if (!slot) {
+    std::vector<uint8_t> codes(size_t(n * k));
+    std::mt19937 rng(1);
+    for (auto& c : codes) c = uint8_t(rng() % 0x7f) | uint8_t(rng() % 2 ? 0x80 : 0);
+    std::vector<float> scales(size_t(((n + 127) / 128) * ((k + 127) / 128)), 1.0f / 448);
+    slot = std::make_unique<PackedWeights>(
+        pack_fp8_weights(codes.data(), scales.data(), n, k, active_isa()));
+  }
+  return *slot;
+}
+
+void BM_matmul(benchmark::State& state, int64_t n, int64_t k, bool fp8) {
   int64_t m = state.range(0);
-  const PackedWeights& w = weights(n, k);
+  const PackedWeights& w = fp8 ? fp8_weights(n, k) : weights(n, k);
   std::vector<bf16> x(size_t(m * k), f32_to_bf16(0.01f));
   auto y = make_buffer<float>(size_t(m * n));
   double cpu_start = thread_cpu_seconds();
@@ -75,7 +90,7 @@ void BM_matmul(benchmark::State& state, int64_t n, int64_t k) {
         benchmark::Counter(double(w.bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["core_GB/s"] = double(w.bytes) / kThreads / core_seconds * 1e-9;
   }
-  state.SetLabel(isa_name(w.isa));
+  state.SetLabel(std::string(isa_name(w.isa)) + (fp8 ? " fp8" : ""));
 }
 
 struct Shape {
@@ -189,9 +204,11 @@ void BM_decode_weight_stream(benchmark::State& state) {
 
 int register_all() {
   for (const Shape& s : kShapes) {
-    auto* b = benchmark::RegisterBenchmark((std::string("matmul/") + s.name).c_str(), BM_matmul,
-                                           s.n, s.k);
-    b->ArgName("m")->Arg(1)->Arg(4)->Arg(512)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
+    for (bool fp8 : {false, true}) {
+      auto* b = benchmark::RegisterBenchmark(
+          (std::string(fp8 ? "matmul_fp8/" : "matmul/") + s.name).c_str(), BM_matmul, s.n, s.k, fp8);
+      b->ArgName("m")->Arg(1)->Arg(4)->Arg(512)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
+    }
   }
   benchmark::RegisterBenchmark("decode_weight_stream/0.6B", BM_decode_weight_stream)
       ->ArgNames({"m", "lm_head_only"})->Args({1, 0})->Args({1, 1})->Args({4, 0})

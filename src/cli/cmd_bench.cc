@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "base/memory.h"
 #include "base/threads.h"
 #include "cli/commands.h"
+#include "model/config.h"
 #include "model/model.h"
 #include "text/tokenizer/tokenizer.h"
 #include "tools/busy_process.h"
@@ -263,29 +265,34 @@ int64_t first_added_token(const std::string& model_path, const Model& model) {
   return first;
 }
 
+// The row's kind, and its weights when the run had two.
+std::string label(const json& r) {
+  return r["kind"].get<std::string>() + (r.contains("weights") ? " " + r["weights"].get<std::string>() : "");
+}
+
 void print_table(const std::vector<json>& rows, const json& machine) {
   std::printf("\nmachine: %s, %d threads, peak %.0f GFLOP/s (BF16), read bandwidth %.1f GB/s\n",
               machine["isa"].get<std::string>().c_str(), machine["threads"].get<int>(),
               machine["peak_flops"].get<double>() / 1e9,
               machine["read_bandwidth"].get<double>() / 1e9);
-  std::printf("\n%-16s %7s %7s %10s %9s %12s %10s %12s %10s %10s\n", "run", "batch", "tokens", "tokens/s",
+  std::printf("\n%-20s %7s %7s %10s %9s %12s %10s %12s %10s %10s\n", "run", "batch", "tokens", "tokens/s",
               "TTFT s", "GEMM TF/s", "GEMM %pk", "%GEMM-bound", "attn %time", "other %time");
   for (const json& r : rows) {
     if (r["kind"] != "prefill") continue;
     const double attention_share = r.value("/attention/share_of_time"_json_pointer, 0.0);
-    std::printf("%-16s %7d %7lld %10.1f %9.3f %12.3f %9.1f%% %11.1f%% %9.1f%% %9.1f%%\n", "prefill", 1,
+    std::printf("%-20s %7d %7lld %10.1f %9.3f %12.3f %9.1f%% %11.1f%% %9.1f%% %9.1f%%\n", label(r).c_str(), 1,
                 (long long)r["tokens"].get<int64_t>(), r["tokens_per_s"].get<double>(),
                 r["ttft_s"].get<double>(), r.value("/gemm/tflops"_json_pointer, 0.0),
                 100 * r.value("/gemm/fraction_of_peak"_json_pointer, 0.0),
                 100 * r.value("/gemm/fraction_of_gemm_bound"_json_pointer, 0.0), 100 * attention_share,
                 100 * (1 - r.value("/gemm/share_of_time"_json_pointer, 0.0) - attention_share));
   }
-  std::printf("\n%-16s %7s %7s %10s %12s %10s %10s %10s %10s\n", "run", "batch", "context",
+  std::printf("\n%-20s %7s %7s %10s %12s %10s %10s %10s %10s\n", "run", "batch", "context",
               "tokens/s", "MB/step", "GB/s", "read GB/s", "% of read", "whole run");
   for (const json& r : rows) {
     if (r["kind"] == "prefill") continue;
-    std::printf("%-16s %7lld %7lld %10.1f %12.1f %10.1f %10.1f %9.1f%% %9.1f%%\n",
-                r["kind"].get<std::string>().c_str(), (long long)r["batch"].get<int64_t>(),
+    std::printf("%-20s %7lld %7lld %10.1f %12.1f %10.1f %10.1f %9.1f%% %9.1f%%\n",
+                label(r).c_str(), (long long)r["batch"].get<int64_t>(),
                 (long long)r["context"].get<int64_t>(), r["tokens_per_s"].get<double>(),
                 r["bytes_per_step"].get<double>() / 1e6, r["achieved_bandwidth_gbs"].get<double>(),
                 r["read_bandwidth_gbs"].get<double>(), 100 * r["fraction_of_bandwidth"].get<double>(),
@@ -295,15 +302,15 @@ void print_table(const std::vector<json>& rows, const json& machine) {
     if (!r.contains("expert_bytes_per_token")) continue;
     std::string what = r.contains("tokens") ? std::to_string(r["tokens"].get<int64_t>()) + " tokens"
                                             : "batch " + std::to_string(r["batch"].get<int64_t>());
-    std::printf("MoE %-14s %-12s expert weights read: %.1f MB per token, %.1f%% of all experts per pass\n",
-                r["kind"].get<std::string>().c_str(), what.c_str(),
+    std::printf("MoE %-19s %-12s expert weights read: %.1f MB per token, %.1f%% of all experts per pass\n",
+                label(r).c_str(), what.c_str(),
                 r["expert_bytes_per_token"].get<double>() / 1e6,
                 100 * r["expert_share_read_per_pass"].get<double>());
   }
   std::printf("\ntime split by operation:\n");
   for (const json& r : rows) {
     std::string name =
-        r["kind"].get<std::string>() +
+        label(r) +
         (r.contains("tokens") ? " " + std::to_string(r["tokens"].get<int64_t>())
                               : " b" + std::to_string(r["batch"].get<int64_t>()) + " ctx " +
                                     std::to_string(r["context"].get<int64_t>()));
@@ -313,6 +320,56 @@ void print_table(const std::vector<json>& rows, const json& machine) {
         std::printf(" %s %.0f%%", op["op"].get<std::string>().c_str(),
                     100 * op["share"].get<double>());
     std::printf("\n");
+  }
+}
+
+// The FP8 rows beside the BF16 rows of the same run: decode tokens/s and bytes per step at batch
+// 1, their ratios (targets: FP8 decode >= 90% of the read bandwidth, its tokens/s ratio >= 90% of
+// the byte ratio), FP8 batch 4 over batch 1 (>= 3x), and prefill at each length (>= 90%).
+void compare_weights(const std::vector<json>& rows, const std::function<void(json)>& emit) {
+  auto find = [&](const std::string& weights, const std::string& kind, const char* key,
+                  int64_t value) -> const json* {
+    for (const json& r : rows)
+      if (r.value("weights", "") == weights && r["kind"] == kind && r.contains(key) &&
+          r[key].get<int64_t>() == value && (kind != "decode_context" || r["batch"] == 1))
+        return &r;
+    return nullptr;
+  };
+  std::printf("\nFP8 beside BF16 (same run, same read probe):\n");
+  const json *bf16_b1 = find("bf16", "decode", "batch", 1), *fp8_b1 = find("fp8", "decode", "batch", 1);
+  if (bf16_b1 && fp8_b1) {
+    const double speed = (*fp8_b1)["tokens_per_s"].get<double>() / (*bf16_b1)["tokens_per_s"].get<double>();
+    const double bytes = (*bf16_b1)["bytes_per_step"].get<double>() / (*fp8_b1)["bytes_per_step"].get<double>();
+    const double fraction = (*fp8_b1)["fraction_of_bandwidth"].get<double>();
+    std::printf("  decode batch 1: BF16 %.1f tok/s (%.0f MB/step, %.1f%% of read), FP8 %.1f tok/s "
+                "(%.0f MB/step, %.1f%% of read)\n",
+                (*bf16_b1)["tokens_per_s"].get<double>(), (*bf16_b1)["bytes_per_step"].get<double>() / 1e6,
+                100 * (*bf16_b1)["fraction_of_bandwidth"].get<double>(),
+                (*fp8_b1)["tokens_per_s"].get<double>(), (*fp8_b1)["bytes_per_step"].get<double>() / 1e6,
+                100 * fraction);
+    std::printf("  tokens/s ratio FP8/BF16 %.2f, byte ratio BF16/FP8 %.2f: %.1f%% of the byte ratio "
+                "(target >= 90%%); FP8 at %.1f%% of read bandwidth (target >= 90%%)\n",
+                speed, bytes, 100 * speed / bytes, 100 * fraction);
+    emit({{"kind", "fp8_vs_bf16_decode"}, {"tokens_per_s_ratio", speed}, {"byte_ratio", bytes},
+          {"speed_over_byte_ratio", speed / bytes}, {"fp8_fraction_of_bandwidth", fraction}});
+  }
+  for (const char* weights : {"bf16", "fp8"}) {
+    const json *b1 = find(weights, "decode", "batch", 1), *b4 = find(weights, "decode", "batch", 4);
+    if (!b1 || !b4) continue;
+    const double ratio = (*b4)["tokens_per_s"].get<double>() / (*b1)["tokens_per_s"].get<double>();
+    std::printf("  %s decode batch 4 / batch 1: %.2fx (target >= 3x)\n", weights, ratio);
+    emit({{"kind", "batch4_over_batch1"}, {"weights", weights}, {"ratio", ratio}});
+  }
+  for (const json& r : rows) {
+    if (r["kind"] != "prefill" || r.value("weights", "") != "bf16") continue;
+    const int64_t tokens = r["tokens"];
+    const json* fp8 = find("fp8", "prefill", "tokens", tokens);
+    if (!fp8) continue;
+    const double ratio = (*fp8)["tokens_per_s"].get<double>() / r["tokens_per_s"].get<double>();
+    std::printf("  prefill %lld: BF16 %.1f tok/s, FP8 %.1f tok/s: %.1f%% (target >= 90%%)\n",
+                (long long)tokens, r["tokens_per_s"].get<double>(),
+                (*fp8)["tokens_per_s"].get<double>(), 100 * ratio);
+    emit({{"kind", "fp8_vs_bf16_prefill"}, {"tokens", tokens}, {"ratio", ratio}});
   }
 }
 
@@ -336,6 +393,7 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--decode-steps", steps, "decode steps per measurement");
   app.add_option("--busy", busy, "also measure decode with another process busy on one core");
   app.add_option("--json", json_path, "also write the JSON lines to this file");
+  add_quantize_option(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -371,56 +429,70 @@ int cmd_bench(int argc, char** argv) {
   // Its own team and buffer, made before the model takes the memory.
   ThreadTeam probe_team(threads, /*pin=*/true, /*adaptive=*/false);
   ReadBandwidthProbe probe(probe_team, read_probe_bytes());
-  auto model = Model::load(model_path, limits);
-  PassTotals totals;
-  model->set_profile_sink(&totals);
-
-  Bench bench{*model, totals, machine["peak_flops"], probe, first_added_token(model_path, *model)};
-  // One row per token that wants logits: the last of a prefill, each slot's in decode. (A row for
-  // every token of a 32k pass would be 20 GB for Qwen3's vocabulary.)
-  bench.logits.resize(size_t(limits.batch_size * model->vocab_size()));
   std::vector<json> rows;
   auto emit = [&](json row) {
     std::printf("%s\n", row.dump().c_str());
     std::fflush(stdout);
     rows.push_back(std::move(row));
   };
+  // With --quantize fp8 the whole run twice, the checkpoint as stored (BF16) and then quantised,
+  // one model at a time: the same shape, machine and probe, for the comparison at the end.
+  std::vector<bool> quantize_runs = {false};
+  if (quantize_fp8_requested(app)) quantize_runs.push_back(true);
+  for (bool quantize : quantize_runs) {
+    limits.quantize_fp8 = quantize;
+    auto model = Model::load(model_path, limits);
+    const std::string weights =
+        quantize || model->config().quant_method == "fp8" ? "fp8" : "bf16";
+    PassTotals totals;
+    model->set_profile_sink(&totals);
 
-  bench.run(bench.sequence(0, 0, 64));  // warm-up: commit buffers, fault in pages
-  const int64_t short_context = 64;
-  for (int64_t batch : batch_list) {
-    for (int32_t slot = 0; slot < batch; ++slot) bench.run(bench.sequence(slot, 0, short_context));
-    emit(bench.decode(batch, short_context, steps, "decode"));
-  }
-  if (busy && !busy_process->ready())
-    std::fprintf(stderr, "warning: could not start the busy process; no decode_busy row\n");
-  if (busy && busy_process->ready()) {
-    busy_process->start();
-    emit(bench.decode(1, short_context, steps, "decode_busy"));
-    busy_process->stop();
-  }
-  // Prefill each length into slot 0; a decode context equal to a prefill length reuses it.
-  std::vector<int64_t> all_lengths = lengths;
-  for (int64_t c : context_list)
-    if (std::find(lengths.begin(), lengths.end(), c) == lengths.end()) all_lengths.push_back(c);
-  std::sort(all_lengths.begin(), all_lengths.end());
-  for (int64_t length : all_lengths) {
-    bool wanted = std::find(lengths.begin(), lengths.end(), length) != lengths.end();
-    bool context = std::find(context_list.begin(), context_list.end(), length) != context_list.end();
-    if (wanted || !zero_context) {
-      json row = bench.prefill(length);
-      if (wanted) emit(row);
-    } else {  // decode over a zeroed cache: the same bytes and instructions
-      model->release_kv(0, 0);
-      bench.run(bench.sequence(0, length - 1, 1));  // commits the cache before the clock starts
+    Bench bench{*model, totals, machine["peak_flops"], probe, first_added_token(model_path, *model)};
+    // One row per token that wants logits: the last of a prefill, each slot's in decode. (A row for
+    // every token of a 32k pass would be 20 GB for Qwen3's vocabulary.)
+    bench.logits.resize(size_t(limits.batch_size * model->vocab_size()));
+    auto emit_run = [&](json row) {
+      row["weights"] = weights;
+      row["weight_bytes"] = model->weight_bytes();
+      emit(std::move(row));
+    };
+    bench.run(bench.sequence(0, 0, 64));  // warm-up: commit buffers, fault in pages
+    const int64_t short_context = 64;
+    for (int64_t batch : batch_list) {
+      for (int32_t slot = 0; slot < batch; ++slot) bench.run(bench.sequence(slot, 0, short_context));
+      emit_run(bench.decode(batch, short_context, steps, "decode"));
     }
-    if (context) {
-      json row = bench.decode(1, length, steps, "decode_context");
-      row["context_filled_by"] = wanted || !zero_context ? "prefill" : "zeros";
-      emit(row);
+    if (busy && !busy_process->ready())
+      std::fprintf(stderr, "warning: could not start the busy process; no decode_busy row\n");
+    if (busy && busy_process->ready()) {
+      busy_process->start();
+      emit_run(bench.decode(1, short_context, steps, "decode_busy"));
+      busy_process->stop();
+    }
+    // Prefill each length into slot 0; a decode context equal to a prefill length reuses it.
+    std::vector<int64_t> all_lengths = lengths;
+    for (int64_t c : context_list)
+      if (std::find(lengths.begin(), lengths.end(), c) == lengths.end()) all_lengths.push_back(c);
+    std::sort(all_lengths.begin(), all_lengths.end());
+    for (int64_t length : all_lengths) {
+      bool wanted = std::find(lengths.begin(), lengths.end(), length) != lengths.end();
+      bool context = std::find(context_list.begin(), context_list.end(), length) != context_list.end();
+      if (wanted || !zero_context) {
+        json row = bench.prefill(length);
+        if (wanted) emit_run(row);
+      } else {  // decode over a zeroed cache: the same bytes and instructions
+        model->release_kv(0, 0);
+        bench.run(bench.sequence(0, length - 1, 1));  // commits the cache before the clock starts
+      }
+      if (context) {
+        json row = bench.decode(1, length, steps, "decode_context");
+        row["context_filled_by"] = wanted || !zero_context ? "prefill" : "zeros";
+        emit_run(row);
+      }
     }
   }
   print_table(rows, machine);
+  if (quantize_runs.size() == 2) compare_weights(rows, emit);
   if (!json_path.empty()) {
     FILE* f = std::fopen(json_path.c_str(), "w");
     if (!f) fail(json_path, "cannot write");

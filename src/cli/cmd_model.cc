@@ -109,6 +109,18 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
+void add_quantize_option(CLI::App& app) {
+  app.add_option("--quantize", "weights: none (as stored) or fp8 (BF16 linear weights converted "
+                               "to FP8 E4M3 per 128x128 block at load)")
+      ->check(CLI::IsMember({"none", "fp8"}))
+      ->default_str("none");
+}
+
+bool quantize_fp8_requested(const CLI::App& app) {
+  const CLI::Option* option = app.get_option("--quantize");
+  return option->count() > 0 && option->as<std::string>() == "fp8";
+}
+
 int cmd_make_model(int argc, char** argv) {
   CLI::App app{"Write a random-weight Qwen3 model in Hugging Face layout", "make-model"};
   MakeModelOptions o;
@@ -118,6 +130,9 @@ int cmd_make_model(int argc, char** argv) {
   app.add_option("--layers", o.layers, "number of layers (default: the preset's)");
   app.add_option("--seed", o.seed, "random seed");
   app.add_option("--shards", o.shards, "split the weights over this many safetensors files");
+  app.add_option("--dtype", o.dtype, "bf16, or fp8: decoder linear weights as F8_E4M3 with a "
+                                     "factor per 128x128 block, as Qwen's FP8 checkpoints")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
   app.add_option("--out", o.out_dir, "output folder")->required();
   app.add_option("--tokenizer-from", o.tokenizer_dir,
                  "folder with tokenizer.json, tokenizer_config.json, chat_template.jinja "
@@ -141,7 +156,9 @@ int cmd_logits(int argc, char** argv) {
   app.add_option("--sequence-length", limits.sequence_length,
                  "KV cache positions (default: the total fed)");
   app.add_option("--threads", limits.threads, "worker threads (default: one per core)");
+  add_quantize_option(app);
   if (int code = parse(app, argc, argv); code >= 0) return code;
+  limits.quantize_fp8 = quantize_fp8_requested(app);
 
   std::vector<std::vector<int32_t>> feeds = read_feeds(feeds_path);
   std::vector<int32_t> all;
@@ -192,7 +209,9 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("--sequence-length", limits.sequence_length,
                  "KV cache positions (default: prompt + max tokens)");
   app.add_option("--threads", limits.threads, "worker threads (default: one per core)");
+  add_quantize_option(app);
   if (int code = parse(app, argc, argv); code >= 0) return code;
+  limits.quantize_fp8 = quantize_fp8_requested(app);
 
   std::vector<int32_t> prompt;
   std::stringstream ss(prompt_text);

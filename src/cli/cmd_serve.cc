@@ -104,6 +104,7 @@ int cmd_serve(int argc, char** argv) {
                  "(it then runs in parts, their decode steps in between; 0 = never split a prefill)")
       ->capture_default_str();
   app.add_option("--kv-memory", kv_memory, "KV cache budget, e.g. 8G (default: what RAM allows)");
+  add_quantize_option(app);
   app.add_option("--chat-template", chat_template_file, "Jinja file replacing the model's chat template");
   app.add_option("--tool-call-parser", tool_parser, "hermes, qwen3_coder or none (default: from the template)");
   app.add_option("--max-body-size", max_body, "largest request body, e.g. 8M")->capture_default_str();
@@ -180,6 +181,7 @@ int cmd_serve(int argc, char** argv) {
   limits.chunk_size = chunk_size;
   limits.threads = threads;
   limits.kv_memory_bytes = parse_byte_size(kv_memory, "serve --kv-memory");
+  limits.quantize_fp8 = quantize_fp8_requested(app);
 
   auto tokenizer = Tokenizer::load(model_path);
   ChatTemplate chat_template = ChatTemplate::load(model_path, chat_template_file);

@@ -3,7 +3,16 @@
 // (argv[0] is the subcommand) and returns the process exit code; errors are thrown as
 // ellm::Error and reported by main().
 
+namespace CLI {
+class App;
+}
+
 namespace ellm {
+
+// --quantize none|fp8 (serve, bench, logits, generate; cmd_model.cc): BF16 linear weights to FP8
+// at load. quantize_fp8_requested(app) after parsing: whether fp8 was asked for.
+void add_quantize_option(CLI::App& app);
+bool quantize_fp8_requested(const CLI::App& app);
 
 int cmd_make_model(int argc, char** argv);  // cmd_model.cc
 int cmd_logits(int argc, char** argv);      // cmd_model.cc

@@ -1,10 +1,12 @@
 // Entry points of kernels.h: each calls the kernel table of the active tier (or, for a matrix
 // product, of the tier its weights were packed for).
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <string>
 
 #include "base/error.h"
+#include "base/threads.h"
 #include "kernels/kernel_table.h"
 
 namespace ellm {
@@ -23,6 +25,8 @@ std::array<KernelTable, 4> complete_tables() {
     inherit(t[i], t[i - 1], &KernelTable::convert_f32_to_bf16, &KernelTable::convert_bf16_to_f32,
             &KernelTable::convert_f32_to_f16, &KernelTable::rmsnorm, &KernelTable::norm_rope,
             &KernelTable::silu_mul, &KernelTable::pack_weights, &KernelTable::matmul,
+            &KernelTable::matmul_fp8, &KernelTable::fp8_decode_rows,
+            &KernelTable::fp8_to_packed_bf16,
             &KernelTable::attention_tile_rows, &KernelTable::attention_block,
             &KernelTable::attention_scratch_floats, &KernelTable::all_heads_supports,
             &KernelTable::attention_block_all_heads);
@@ -81,11 +85,98 @@ PackedWeights pack_weights(const bf16* w, int64_t n, int64_t k, Isa isa) {
   return out;
 }
 
+PackedWeights make_fp8_weights(int64_t n, int64_t k, Isa isa) {
+  if (n <= 0 || k <= 0)
+    fail("pack_weights", "empty weight matrix " + std::to_string(n) + "x" + std::to_string(k));
+  PackedWeights w;
+  w.n = n;
+  w.k = k;
+  w.isa = isa;
+  w.fp8 = true;
+  w.k_blocks = (k + kFp8BlockK - 1) / kFp8BlockK;
+  const int64_t blocks = (n + kFp8Cols - 1) / kFp8Cols;
+  w.codes = make_buffer<uint8_t>(size_t(blocks * k * kFp8Cols));
+  w.scales = make_buffer<float>(size_t(blocks * w.k_blocks));
+  w.exponent0_blocks = make_buffer<uint8_t>(size_t(blocks * w.k_blocks));
+  w.bytes = size_t(blocks * k * kFp8Cols) + size_t(blocks * w.k_blocks) * (sizeof(float) + 1);
+  return w;
+}
+
+void mark_fp8_blocks(PackedWeights& w) {
+  const int64_t blocks = (w.n + kFp8Cols - 1) / kFp8Cols;
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t kb = 0; kb < w.k_blocks; ++kb) {
+      const uint8_t* codes = w.codes.get() + (b * w.k + kb * kFp8BlockK) * kFp8Cols;
+      const int64_t count = std::min(kFp8BlockK, w.k - kb * kFp8BlockK) * kFp8Cols;
+      uint8_t found = 0;
+      for (int64_t i = 0; i < count; ++i) found |= (codes[i] & 0x78) == 0;
+      w.exponent0_blocks[b * w.k_blocks + kb] = found;
+    }
+}
+
+PackedWeights pack_fp8_weights(const uint8_t* codes, const float* block_scales, int64_t n,
+                               int64_t k, Isa isa) {
+  PackedWeights w = make_fp8_weights(n, k, isa);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t kk = 0; kk < k; ++kk) w.codes[fp8_code_index(w, j, kk)] = codes[j * k + kk];
+    for (int64_t kb = 0; kb < w.k_blocks; ++kb)
+      w.scales[fp8_scale_index(w, j, kb)] = block_scales[(j / kFp8BlockK) * w.k_blocks + kb];
+  }
+  mark_fp8_blocks(w);
+  return w;
+}
+
+void* thread_scratch(int slot, size_t bytes) {
+  struct Scratch {
+    Buffer<uint8_t> data;
+    size_t bytes = 0;
+  };
+  thread_local Scratch scratch[2];
+  Scratch& s = scratch[slot];
+  if (s.bytes < bytes) {
+    s.data = make_buffer<uint8_t>(bytes);
+    s.bytes = bytes;
+  }
+  return s.data.get();
+}
+
+namespace {
+
+// The prefill product on FP8 weights of the tiers without their own (AVX-512, AMX): the member's
+// panels of columns (fp8_panel_width), each converted once to the tier's BF16 layout with the
+// factors folded in, in a thread-private buffer, then multiplied by the tier's BF16 product
+// over all m rows.
+void matmul_fp8_panels(const KernelTable& t, const bf16* x, int64_t m, int64_t ldx,
+                       const PackedWeights& w, float* y, int64_t ldy, bool accumulate, int member,
+                       int n_members) {
+  const int64_t width = fp8_panel_width(w.n, n_members);
+  const int64_t panels = (w.n + width - 1) / width;
+  auto [p0, p1] = split_range(panels, member, n_members);
+  if (p0 == p1) return;
+  const size_t elements = size_t(width * (w.k + 1));
+  PackedWeights panel;  // its data is the thread's scratch, lent for this call only
+  panel.data.reset(static_cast<bf16*>(thread_scratch(1, elements * sizeof(bf16))));
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t col0 = p * width, cols = std::min(width, w.n - col0);
+    t.fp8_to_packed_bf16(w, col0, cols, panel);
+    t.matmul(x, m, ldx, panel, y + col0, ldy, accumulate, 0, 1, nullptr);
+  }
+  panel.data.release();
+}
+
+}  // namespace
+
 // Weights are packed for one instruction set, so the matrix, not active_isa(), decides.
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
             bool accumulate, int member, int n_members, std::atomic<int64_t>* pool) {
   if (m <= 0) return;
-  kernel_table(w.isa).matmul(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool);
+  const KernelTable& t = kernel_table(w.isa);
+  if (!w.fp8)
+    t.matmul(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool);
+  else if (m <= t.fp8_decode_rows)
+    t.matmul_fp8(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool);
+  else
+    matmul_fp8_panels(t, x, m, ldx, w, y, ldy, accumulate, member, n_members);
 }
 
 }  // namespace ellm

@@ -67,6 +67,42 @@ inline f16 f32_to_f16(float f) {
   return f16(sign | (rebiased >> 13));
 }
 
+// FP8 E4M3 ("E4M3FN", as Qwen's FP8 checkpoints store weights): sign, 4 exponent bits (bias 7), 3
+// mantissa bits; no infinities; 0x7F and 0xFF are NaN; the largest value is 448; exponent 0 holds
+// the subnormals m / 8 * 2^-6.
+inline float fp8_e4m3_to_f32(uint8_t code) {
+  uint32_t sign = uint32_t(code & 0x80u) << 24, exponent = (code >> 3) & 0xfu, mantissa = code & 7u;
+  if (exponent == 0xf && mantissa == 7) return __builtin_nanf("");
+  uint32_t bits;
+  if (exponent != 0) {
+    bits = sign | ((exponent + 120) << 23) | (mantissa << 20);  // rebias 7 -> 127
+  } else {
+    float f = float(mantissa) * 0x1p-9f;  // zero, subnormal
+    return sign ? -f : f;
+  }
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Round to nearest even, saturating at +-448 (what a block scale of amax / 448 never exceeds but
+// for rounding); NaN becomes 0x7F.
+inline uint8_t f32_to_fp8_e4m3(float f) {
+  uint32_t bits;
+  __builtin_memcpy(&bits, &f, 4);
+  uint8_t sign = uint8_t((bits >> 24) & 0x80u);
+  uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return 0x7f;
+  if (magnitude >= 0x43e00000u) return sign | 0x7e;  // >= 448
+  if (magnitude < 0x3c800000u) {  // below 2^-6: a multiple of 2^-9 (code 8 is 2^-6, seamlessly)
+    float scaled = __builtin_fabsf(f) * 512.0f;  // exact
+    return sign | uint8_t(__builtin_nearbyintf(scaled));
+  }
+  magnitude += 0x7ffffu + ((magnitude >> 20) & 1u);  // round the mantissa to 3 bits
+  uint32_t code = (magnitude >> 20) - (120u << 3);   // rebias 127 -> 7
+  return sign | uint8_t(code > 0x7e ? 0x7e : code);
+}
+
 // ---- element-wise and row ops (FP32) ----
 
 void convert_f32_to_bf16(const float* x, bf16* out, int64_t count);
@@ -95,21 +131,58 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t count);
 // ---- matrix products: weights BF16, inputs BF16, accumulation FP32 ----
 
 // A weight matrix W [n][k] (checkpoint layout: out features x in features), repacked once at
-// load for one instruction set. The layout of `data` is private to that ISA's kernels.
+// load for one instruction set. BF16: the layout of `data` is private to that ISA's kernels.
+// FP8 (fp8 == true): `codes` and `scales` instead, in one layout for every tier:
+//   codes[(b * k + kk) * 32 + c] = E4M3 code of W[b * 32 + c][kk]       (missing columns 0)
+//   scales[b * k_blocks + kb]    = the factor of columns [32 b, 32 b + 32) x k in [128 kb, 128 kb + 128)
+// W[j][kk] = fp8_e4m3_to_f32(code) * scale. A 32-column block always lies inside one 128-row
+// block of the checkpoint's scales, so each block has one factor per 128 k.
+constexpr int64_t kFp8Cols = 32, kFp8BlockK = 128;
+
 struct PackedWeights {
   int64_t n = 0, k = 0;
   Isa isa = Isa::scalar;
   Buffer<bf16> data;
   size_t bytes = 0;  // bytes of packed data (what one full read of W costs)
+  bool fp8 = false;
+  Buffer<uint8_t> codes;
+  Buffer<float> scales;
+  int64_t k_blocks = 0;  // ceil(k / 128)
+  // [b * k_blocks + kb]: 1 when that block of codes holds exponent-0 codes (zero, subnormal),
+  // which the vector kernels widen the slower way (set by mark_fp8_blocks).
+  Buffer<uint8_t> exponent0_blocks;
 };
 
 PackedWeights pack_weights(const bf16* w, int64_t n, int64_t k, Isa isa);
+
+// An empty FP8 matrix of n x k for isa, codes and scales zeroed, to be filled in the layout above
+// (fp8_code_index and fp8_scale_index), e.g. by the loader straight from a checkpoint.
+PackedWeights make_fp8_weights(int64_t n, int64_t k, Isa isa);
+// Sets w.exponent0_blocks from w.codes: call once the codes are filled in.
+void mark_fp8_blocks(PackedWeights& w);
+// The same from a checkpoint's codes [n][k] and factors [ceil(n / 128)][ceil(k / 128)].
+PackedWeights pack_fp8_weights(const uint8_t* codes, const float* block_scales, int64_t n,
+                               int64_t k, Isa isa);
+inline size_t fp8_code_index(const PackedWeights& w, int64_t j, int64_t kk) {
+  return size_t(((j / kFp8Cols) * w.k + kk) * kFp8Cols + j % kFp8Cols);
+}
+inline size_t fp8_scale_index(const PackedWeights& w, int64_t j, int64_t kb) {
+  return size_t((j / kFp8Cols) * w.k_blocks + kb);
+}
 
 // y[i][j] = sum_k x[i][k] * W[j][k]  (or += when accumulate), i < m, j < W.n.
 // x: [m][k] BF16, row stride ldx; y: [m][n] FP32, row stride ldy. The member computes its share
 // of the output; all members together cover y. With a `pool` (zeroed before the members start),
 // the members share the last quarter out as they go (share_work): on the AVX2 and AVX-512 tiers
 // for decode-sized products (a few rows) only, larger ones split evenly; the scalar twin always.
+//
+// FP8 weights: decode-sized products (a few rows) stream the codes and widen them in registers,
+// applying each block's factor once per 128 k of every dot product; larger ones convert each
+// member's weights, a panel of columns at a time, to the tier's packed BF16 layout once per call
+// and run the BF16 product on it: on AVX2 the codes' exact values, each 128 k's result times its
+// factor as decode does (so a row's result is the same bits in any pass); on AVX-512 and AMX
+// with the factors folded in (rounded to nearest even). The scalar twin computes every row the
+// decode way.
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
             bool accumulate, int member, int n_members, std::atomic<int64_t>* pool = nullptr);
 

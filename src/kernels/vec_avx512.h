@@ -96,6 +96,16 @@ struct Avx512Vec {
   static F load_f16(const uint16_t* p, int64_t n) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail_mask(n), p));
   }
+  // 32 FP8 E4M3 codes (no NaN) as 2 vectors of their values times 2^-8, exactly (as Avx2Vec).
+  static void load_fp8_x2(const uint8_t* p, F& lo, F& hi) {
+    __m512i h = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    h = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(h, 8), 1),
+                         _mm512_set1_epi16(int16_t(0xbf80)));
+    lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+  }
+  // Codes without exponent 0: the same here (F16C widens any code at full speed on Xeon).
+  static void load_fp8_x2_normal(const uint8_t* p, F& lo, F& hi) { load_fp8_x2(p, lo, hi); }
   static F load_bf16(const uint16_t* p, int64_t n) {
     __m256i h = _mm256_maskz_loadu_epi16(tail_mask(n), p);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));

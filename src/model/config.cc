@@ -42,6 +42,32 @@ void require_positive(const std::string& where, const char* key, int64_t v) {
   if (v <= 0) fail(where, std::string("field '") + key + "' must be positive, got " + std::to_string(v));
 }
 
+// quantization_config: only Qwen's FP8 scheme (E4M3, 128x128 blocks, dynamic activations).
+void parse_quantization(const json& j, const std::string& where, ModelConfig& c) {
+  auto q = j.find("quantization_config");
+  if (q == j.end() || q->is_null()) return;
+  if (!q->is_object()) fail(where, "field 'quantization_config' must be an object");
+  auto text = [&](const char* key, const char* expected, bool required) {
+    auto it = q->find(key);
+    if (it == q->end() || it->is_null()) {
+      if (required) fail(where, std::string("quantization_config has no '") + key + "'");
+      return;
+    }
+    std::string value = it->is_string() ? it->get<std::string>() : it->dump();
+    if (value != expected)
+      fail(where, std::string("quantization_config.") + key + " '" + value +
+                      "' is not supported (only \"" + expected + "\")");
+  };
+  text("quant_method", "fp8", true);
+  text("fmt", "e4m3", false);
+  text("activation_scheme", "dynamic", false);
+  auto block = q->find("weight_block_size");
+  if (block != q->end() && !block->is_null() && *block != json::array({128, 128}))
+    fail(where, "quantization_config.weight_block_size " + block->dump() +
+                    " is not supported (only [128, 128])");
+  c.quant_method = "fp8";
+}
+
 }  // namespace
 
 bool ModelConfig::is_moe_layer(int64_t layer) const {
@@ -130,6 +156,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   }
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
     if (!c.is_moe_layer(i)) require_positive(where, "intermediate_size", c.intermediate_size);
+  parse_quantization(j, where, c);
   return c;
 }
 
@@ -183,6 +210,11 @@ std::string model_config_json(const ModelConfig& c, int32_t bos_token_id, int32_
   j["use_cache"] = true;
   j["use_sliding_window"] = false;
   j["vocab_size"] = c.vocab_size;
+  if (c.quant_method == "fp8")
+    j["quantization_config"] = {{"quant_method", "fp8"},
+                                {"fmt", "e4m3"},
+                                {"activation_scheme", "dynamic"},
+                                {"weight_block_size", {128, 128}}};
   return j.dump(2) + "\n";
 }
 

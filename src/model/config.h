@@ -26,6 +26,10 @@ struct ModelConfig {
   bool norm_topk_prob = false;
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
+  // quantization_config.quant_method: "fp8" (E4M3 linear weights, one factor per 128x128 block,
+  // dynamic activations: Qwen's FP8 checkpoints) or "" (none). The loader goes by each tensor's
+  // own dtype either way.
+  std::string quant_method;
 
   bool is_moe_layer(int64_t layer) const;
   bool is_moe() const { return num_experts > 0; }

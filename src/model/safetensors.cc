@@ -38,6 +38,7 @@ Dtype parse_dtype(const std::string& name) {
   if (name == "BF16") return Dtype::bf16;
   if (name == "F16") return Dtype::f16;
   if (name == "F32") return Dtype::f32;
+  if (name == "F8_E4M3") return Dtype::f8_e4m3;
   return Dtype::other;
 }
 
@@ -243,14 +244,27 @@ void SafetensorsStore::release(const TensorInfo& t) const { t.file->release(t.fi
 
 void write_safetensors(const std::string& path, const std::vector<TensorSpec>& specs,
                        const std::vector<size_t>& tensor_ids, const TensorFill& fill) {
+  write_safetensors_bytes(path, specs, tensor_ids,
+                          [&](size_t tensor, int64_t first, int64_t count, uint8_t* out) {
+                            if (specs[tensor].dtype != "BF16")
+                              fail(path, "tensor '" + specs[tensor].name + "' is not BF16");
+                            std::vector<uint16_t> values(static_cast<size_t>(count));
+                            fill(tensor, first, count, values.data());
+                            std::memcpy(out, values.data(), size_t(count) * 2);
+                          });
+}
+
+void write_safetensors_bytes(const std::string& path, const std::vector<TensorSpec>& specs,
+                             const std::vector<size_t>& tensor_ids, const TensorBytesFill& fill) {
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
   for (size_t id : tensor_ids) {
     const TensorSpec& s = specs[id];
-    uint64_t bytes = 2;
+    uint64_t bytes = dtype_size(s.dtype);
+    if (bytes == 0) fail(path, "tensor '" + s.name + "': unknown dtype '" + s.dtype + "'");
     for (int64_t d : s.shape) bytes *= uint64_t(d);
-    header[s.name] = {{"dtype", "BF16"}, {"shape", s.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[s.name] = {{"dtype", s.dtype}, {"shape", s.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
@@ -268,14 +282,16 @@ void write_safetensors(const std::string& path, const std::vector<TensorSpec>& s
   write(&len, 8);
   write(text.data(), text.size());
   constexpr int64_t kChunk = 1 << 22;  // elements
-  std::vector<uint16_t> buffer(kChunk);
+  std::vector<uint8_t> buffer;
   for (size_t id : tensor_ids) {
+    const size_t element = dtype_size(specs[id].dtype);
+    buffer.resize(size_t(kChunk) * element);
     int64_t total = 1;
     for (int64_t d : specs[id].shape) total *= d;
     for (int64_t first = 0; first < total; first += kChunk) {
       int64_t n = std::min(kChunk, total - first);
       fill(id, first, n, buffer.data());
-      write(buffer.data(), size_t(n) * 2);
+      write(buffer.data(), size_t(n) * element);
     }
   }
   if (std::fclose(out) != 0) fail(path, "write failed (disk full?)");

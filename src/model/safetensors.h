@@ -32,7 +32,7 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-enum class Dtype { bf16, f16, f32, other };
+enum class Dtype { bf16, f16, f32, f8_e4m3, other };
 
 struct TensorInfo {
   std::string name;
@@ -80,7 +80,8 @@ class SafetensorsStore {
 
 struct TensorSpec {
   std::string name;
-  std::vector<int64_t> shape;  // BF16
+  std::vector<int64_t> shape;
+  std::string dtype = "BF16";  // or F8_E4M3, F32 (write_safetensors_bytes)
 };
 
 // Writes a BF16 safetensors file streaming: fill(tensor_index, first_element, count, out)
@@ -89,5 +90,12 @@ struct TensorSpec {
 using TensorFill = std::function<void(size_t tensor, int64_t first, int64_t count, uint16_t* out)>;
 void write_safetensors(const std::string& path, const std::vector<TensorSpec>& specs,
                        const std::vector<size_t>& tensor_ids, const TensorFill& fill);
+
+// The same for tensors of any dtype of dtype_size(): fill writes `count` elements of the
+// tensor's own dtype as bytes.
+using TensorBytesFill =
+    std::function<void(size_t tensor, int64_t first, int64_t count, uint8_t* out)>;
+void write_safetensors_bytes(const std::string& path, const std::vector<TensorSpec>& specs,
+                             const std::vector<size_t>& tensor_ids, const TensorBytesFill& fill);
 
 }  // namespace ellm

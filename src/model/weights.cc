@@ -1,5 +1,7 @@
 #include "model/weights.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "base/error.h"
@@ -25,22 +27,32 @@ float element_f32(const TensorInfo& t, int64_t i) {
       std::memcpy(&v, t.data + 4 * i, 4);
       return v;
     }
+    case Dtype::f8_e4m3:  // needs its factors: see Loader::fp8_factors
     case Dtype::other: break;
   }
   return 0;
 }
 
+std::string scale_name(const std::string& weight) { return weight + "_scale_inv"; }
+
 class Loader {
  public:
-  Loader(const SafetensorsStore& store, const ModelConfig& config, Isa isa, size_t n_tensors)
-      : store_(store), isa_(isa), progress_("loading weights", n_tensors) {}
+  Loader(const SafetensorsStore& store, const ModelConfig& config, Isa isa, size_t n_tensors,
+         bool quantize_fp8)
+      : store_(store), isa_(isa), quantize_fp8_(quantize_fp8),
+        progress_("loading weights", n_tensors) {}
 
-  // The tensor `name`, checked to have exactly `shape` and a float dtype.
-  const TensorInfo& tensor(const std::string& name, const std::vector<int64_t>& shape) {
+  // The tensor `name`, checked to have exactly `shape` and a float dtype (F8_E4M3 only where
+  // allow_fp8: linear weights).
+  const TensorInfo& tensor(const std::string& name, const std::vector<int64_t>& shape,
+                           bool allow_fp8 = false) {
     const TensorInfo& t = store_.get(name);
     const std::string& file = t.file->path();
     if (t.dtype == Dtype::other)
-      fail(file, "tensor '" + name + "' has dtype " + t.dtype_name + ", expected BF16, F16 or F32");
+      fail(file, "tensor '" + name + "' has dtype " + t.dtype_name + ", expected BF16, F16" +
+                     (allow_fp8 ? ", F32 or F8_E4M3" : " or F32"));
+    if (t.dtype == Dtype::f8_e4m3 && !allow_fp8)
+      fail(file, "tensor '" + name + "' is F8_E4M3, but only linear weights may be FP8");
     if (t.shape != shape)
       fail(file, "tensor '" + name + "' has shape " + shape_string(t.shape) + ", expected " +
                      shape_string(shape) + " from config.json");
@@ -70,27 +82,53 @@ class Loader {
     return out;
   }
 
-  // Packs the row-wise concatenation of tensors names[i] ([rows[i]][k] each) as one matrix.
+  // Packs the row-wise concatenation of tensors names[i] ([rows[i]][k] each) as one matrix: FP8
+  // when every part is FP8 in the file, or when quantising (`quantizable`: a decoder layer's
+  // weight) and no part is FP8 with rows that do not fit; else BF16.
   PackedWeights packed(const std::vector<std::string>& names, const std::vector<int64_t>& rows,
-                       int64_t k) {
+                       int64_t k, bool quantizable = true) {
     std::vector<const TensorInfo*> parts;
     int64_t n = 0;
+    bool all_fp8 = true;
     for (size_t i = 0; i < names.size(); ++i) {
-      parts.push_back(&tensor(names[i], {rows[i], k}));
+      parts.push_back(&tensor(names[i], {rows[i], k}, /*allow_fp8=*/true));
+      all_fp8 = all_fp8 && parts.back()->dtype == Dtype::f8_e4m3;
       n += rows[i];
     }
     PackedWeights w;
-    if (parts.size() == 1 && parts[0]->dtype == Dtype::bf16) {
+    if (all_fp8 || (quantize_fp8_ && quantizable)) {
+      w = make_fp8_weights(n, k, isa_);
+      int64_t row0 = 0;
+      for (const TensorInfo* t : parts) {
+        if (row0 % kFp8Cols)
+          fail(t->file->path(), "tensor '" + t->name + "' cannot be fused as FP8 after rows that "
+                                "are not a multiple of " + std::to_string(kFp8Cols));
+        if (t->dtype == Dtype::f8_e4m3)
+          copy_fp8(*t, row0, w);
+        else
+          quantise(*t, row0, w);
+        row0 += t->shape[0];
+      }
+      mark_fp8_blocks(w);
+      fp8_bytes_ += w.bytes;
+    } else if (parts.size() == 1 && parts[0]->dtype == Dtype::bf16) {
       w = pack_weights(reinterpret_cast<const bf16*>(parts[0]->data), n, k, isa_);
     } else {
       scratch_.resize(size_t(n * k));
       bf16* out = scratch_.data();
       for (const TensorInfo* t : parts) {
         int64_t count = t->elements();
-        if (t->dtype == Dtype::bf16)
+        if (t->dtype == Dtype::bf16) {
           std::memcpy(out, t->data, size_t(count) * 2);
-        else
+        } else if (t->dtype == Dtype::f8_e4m3) {  // beside BF16 parts: dequantised
+          std::vector<float> factors = fp8_factors(*t);
+          const int64_t k_blocks = (k + kFp8BlockK - 1) / kFp8BlockK;
+          for (int64_t i = 0; i < count; ++i)
+            out[i] = f32_to_bf16(fp8_e4m3_to_f32(t->data[i]) *
+                                 factors[(i / k / kFp8BlockK) * k_blocks + i % k / kFp8BlockK]);
+        } else {
           for (int64_t i = 0; i < count; ++i) out[i] = f32_to_bf16(element_f32(*t, i));
+        }
         out += count;
       }
       w = pack_weights(scratch_.data(), n, k, isa_);
@@ -115,26 +153,106 @@ class Loader {
   }
 
   size_t bytes() const { return bytes_; }
+  size_t fp8_bytes() const { return fp8_bytes_; }
   void finish(const std::string& summary) { progress_.finish(summary); }
 
  private:
+  // The checked factors of FP8 weight t, [ceil(rows / 128)][ceil(k / 128)].
+  std::vector<float> fp8_factors(const TensorInfo& t) {
+    const std::string& file = t.file->path();
+    const std::string name = scale_name(t.name);
+    const TensorInfo* s = store_.find(name);
+    if (!s)
+      fail(file, "tensor '" + t.name + "' is F8_E4M3 but its factors '" + name + "' are missing");
+    const std::vector<int64_t> shape = {(t.shape[0] + kFp8BlockK - 1) / kFp8BlockK,
+                                        (t.shape[1] + kFp8BlockK - 1) / kFp8BlockK};
+    if (s->dtype != Dtype::f32 && s->dtype != Dtype::bf16 && s->dtype != Dtype::f16)
+      fail(s->file->path(), "tensor '" + name + "' has dtype " + s->dtype_name +
+                                ", expected F32 or BF16 block factors");
+    if (s->shape != shape)
+      fail(s->file->path(), "tensor '" + name + "' has shape " + shape_string(s->shape) +
+                                ", expected " + shape_string(shape) + " (one factor per 128x128 "
+                                "block of '" + t.name + "' " + shape_string(t.shape) + ")");
+    std::vector<float> factors(size_t(s->elements()));
+    for (int64_t i = 0; i < s->elements(); ++i) {
+      factors[i] = element_f32(*s, i);
+      if (!(factors[i] > 0) || !std::isfinite(factors[i]))
+        fail(s->file->path(), "tensor '" + name + "' holds " + std::to_string(factors[i]) +
+                                  " for block [" + std::to_string(i / shape[1]) + ", " +
+                                  std::to_string(i % shape[1]) +
+                                  "]: factors must be finite and positive");
+    }
+    store_.release(*s);
+    return factors;
+  }
+
+  // FP8 weight t as rows [row0, row0 + rows) of w.
+  void copy_fp8(const TensorInfo& t, int64_t row0, PackedWeights& w) {
+    std::vector<float> factors = fp8_factors(t);
+    const int64_t rows = t.shape[0], k = w.k;
+    for (int64_t j = 0; j < rows; ++j) {
+      const uint8_t* row = t.data + j * k;
+      uint8_t* dst = w.codes.get() + fp8_code_index(w, row0 + j, 0);
+      for (int64_t kk = 0; kk < k; ++kk) {
+        if ((row[kk] & 0x7f) == 0x7f)
+          fail(t.file->path(), "tensor '" + t.name + "' holds an FP8 NaN at [" +
+                                   std::to_string(j) + ", " + std::to_string(kk) + "]");
+        dst[kk * kFp8Cols] = row[kk];
+      }
+      if (j % kFp8Cols == 0)
+        for (int64_t kb = 0; kb < w.k_blocks; ++kb)
+          w.scales[fp8_scale_index(w, row0 + j, kb)] = factors[(j / kFp8BlockK) * w.k_blocks + kb];
+    }
+  }
+
+  // Non-FP8 weight t quantised (fp8_block_factor, fp8_quantise) as rows [row0, row0 + rows) of
+  // w, 128 rows at a time.
+  void quantise(const TensorInfo& t, int64_t row0, PackedWeights& w) {
+    const int64_t rows = t.shape[0], k = w.k;
+    std::vector<float> values(size_t(kFp8BlockK * k)), factors(size_t(w.k_blocks));
+    for (int64_t r0 = 0; r0 < rows; r0 += kFp8BlockK) {
+      const int64_t block_rows = std::min(kFp8BlockK, rows - r0);
+      std::fill(factors.begin(), factors.end(), 0.0f);
+      for (int64_t i = 0; i < block_rows * k; ++i) {
+        values[i] = element_f32(t, r0 * k + i);
+        if (!std::isfinite(values[i]))
+          fail(t.file->path(), "tensor '" + t.name + "' holds a non-finite value at [" +
+                                   std::to_string(r0 + i / k) + ", " + std::to_string(i % k) +
+                                   "]: cannot quantise it");
+        float& largest = factors[(i % k) / kFp8BlockK];
+        largest = std::max(largest, std::fabs(values[i]));
+      }
+      for (float& f : factors) f = fp8_block_factor(f);
+      for (int64_t j = 0; j < block_rows; ++j) {
+        uint8_t* dst = w.codes.get() + fp8_code_index(w, row0 + r0 + j, 0);
+        for (int64_t kk = 0; kk < k; ++kk)
+          dst[kk * kFp8Cols] = fp8_quantise(values[j * k + kk], factors[kk / kFp8BlockK]);
+        if (j % kFp8Cols == 0)
+          for (int64_t kb = 0; kb < w.k_blocks; ++kb)
+            w.scales[fp8_scale_index(w, row0 + r0 + j, kb)] = factors[kb];
+      }
+    }
+  }
+
   const SafetensorsStore& store_;
   Isa isa_;
+  bool quantize_fp8_;
   Progress progress_;
   size_t loaded_ = 0;
-  size_t bytes_ = 0;
+  size_t bytes_ = 0, fp8_bytes_ = 0;
   std::vector<bf16> scratch_;
 };
 
 }  // namespace
 
-ModelWeights load_weights(const std::string& model_dir, const ModelConfig& c, Isa isa) {
+ModelWeights load_weights(const std::string& model_dir, const ModelConfig& c, Isa isa,
+                          bool quantize_fp8) {
   ModelWeights m;
   m.store = SafetensorsStore::open(model_dir);
   size_t expected = 3;  // embedding, final norm, lm_head (or the embedding packed again)
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     expected += 8 + (c.is_moe_layer(l) ? 1 + 3 * c.num_experts : 3);
-  Loader load(m.store, c, isa, expected);
+  Loader load(m.store, c, isa, expected, quantize_fp8);
 
   const int64_t H = c.hidden_size, V = c.vocab_size, Q = c.q_dim(), KV = c.kv_dim();
   load.embedding(m, "model.embed_tokens.weight", V, H);
@@ -172,12 +290,17 @@ ModelWeights load_weights(const std::string& model_dir, const ModelConfig& c, Is
   }
   m.final_norm = load.vector_f32("model.norm.weight", H);
   if (c.tie_word_embeddings) {
-    m.lm_head = load.packed({"model.embed_tokens.weight"}, {V}, H);
+    m.lm_head = load.packed({"model.embed_tokens.weight"}, {V}, H, /*quantizable=*/false);
   } else {
-    m.lm_head = load.packed({"lm_head.weight"}, {V}, H);
+    m.lm_head = load.packed({"lm_head.weight"}, {V}, H, /*quantizable=*/false);
   }
   m.bytes = load.bytes();
-  load.finish(std::to_string(m.bytes >> 20) + " MiB");
+  m.fp8_bytes = load.fp8_bytes();
+  std::string summary = std::to_string(m.bytes >> 20) + " MiB";
+  if (m.fp8_bytes)
+    summary += " (FP8 " + std::to_string(m.fp8_bytes >> 20) + " MiB" +
+               (quantize_fp8 ? ", quantised at load)" : ")");
+  load.finish(summary);
   return m;
 }
 

@@ -42,10 +42,23 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   size_t bytes = 0;         // packed matrices + embedding + norms
   size_t expert_bytes = 0;  // all experts of all layers (part of bytes)
+  size_t fp8_bytes = 0;     // the FP8 matrices' codes and factors (part of bytes)
 };
 
+// The FP8 quantisation rule of quantize_fp8 and `make-model --dtype fp8`: a 128x128 block's
+// factor from its largest magnitude (1 for an all-zero block), and each value's code.
+inline float fp8_block_factor(float max_magnitude) {
+  return max_magnitude > 0 ? max_magnitude / 448.0f : 1.0f;
+}
+inline uint8_t fp8_quantise(float value, float factor) { return f32_to_fp8_e4m3(value / factor); }
+
 // Opens the checkpoint in model_dir, checks every tensor against the config and packs for isa.
-// Pages of the mapped checkpoint are released as each tensor is packed.
-ModelWeights load_weights(const std::string& model_dir, const ModelConfig& config, Isa isa);
+// Pages of the mapped checkpoint are released as each tensor is packed. A linear weight stored
+// as F8_E4M3 with its weight_scale_inv beside it stays FP8; with quantize_fp8, the decoder
+// layers' other linear weights are converted to FP8 too (per 128x128 block of each tensor:
+// factor = max |w| / 448, codes rounded to nearest even), one tensor at a time, so the BF16
+// copy is never held whole. Embeddings, lm_head, norms and the router stay as they are.
+ModelWeights load_weights(const std::string& model_dir, const ModelConfig& config, Isa isa,
+                          bool quantize_fp8 = false);
 
 }  // namespace ellm

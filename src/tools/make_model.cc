@@ -1,6 +1,8 @@
 #include "tools/make_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -8,6 +10,8 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "kernels/kernels.h"
+#include "model/weights.h"
 
 namespace ellm {
 namespace {
@@ -56,6 +60,39 @@ uint64_t hash_name(const std::string& s) {
 }
 
 bool is_norm(const std::string& name) { return name.find("norm.weight") != std::string::npos; }
+
+// A decoder layer's linear weight: what Qwen's FP8 checkpoints store as F8_E4M3.
+bool is_fp8_linear(const std::string& name) {
+  const std::string suffix = "_proj.weight";
+  return name.rfind("model.layers.", 0) == 0 && name.size() > suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Element e of a random tensor as BF16: uniform noise with standard deviation 0.02 (as HF
+// initialises), norms near 1. Counter-based, so the value depends only on (seed, e).
+bf16 random_element(uint64_t seed, int64_t e, bool norm) {
+  float scale = norm ? 0.1f : 0.02f * std::sqrt(3.0f);  // half-width of the uniform range
+  float center = norm ? 1.0f : 0.0f;
+  uint64_t r = splitmix64(seed + uint64_t(e >> 2));
+  uint32_t bits16 = uint32_t(r >> (16 * (e & 3))) & 0xffff;
+  float u = float(bits16) * (2.0f / 65535.0f) - 1.0f;  // [-1, 1]
+  return f32_to_bf16(center + scale * u);  // finite: rounds to nearest even
+}
+
+// The FP8 checkpoint's tensors for `specs`: each decoder layer's linear weight as F8_E4M3 with
+// its F32 factors [ceil(rows / 128)][ceil(cols / 128)] right after it.
+std::vector<TensorSpec> fp8_tensors(const std::vector<TensorSpec>& specs) {
+  std::vector<TensorSpec> out;
+  for (const TensorSpec& s : specs) {
+    out.push_back(s);
+    if (!is_fp8_linear(s.name)) continue;
+    out.back().dtype = "F8_E4M3";
+    out.push_back({s.name + "_scale_inv",
+                   {(s.shape[0] + kFp8BlockK - 1) / kFp8BlockK, (s.shape[1] + kFp8BlockK - 1) / kFp8BlockK},
+                   "F32"});
+  }
+  return out;
+}
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
@@ -126,7 +163,9 @@ void make_model(const MakeModelOptions& o) {
   for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
     if (!fs::exists(fs::path(o.tokenizer_dir) / file))
       fail(o.tokenizer_dir + "/" + file, "missing (pass --tokenizer-from DIR with the Qwen3 tokenizer files)");
-  write_random_model(config, o.out_dir, o.seed, o.shards, read_special_token_ids(o.tokenizer_dir));
+  if (o.dtype != "bf16" && o.dtype != "fp8") fail("--dtype", "must be bf16 or fp8, not '" + o.dtype + "'");
+  write_random_model(config, o.out_dir, o.seed, o.shards, read_special_token_ids(o.tokenizer_dir),
+                     o.dtype == "fp8");
   std::error_code ec;
   for (const char* file : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
     fs::path from = fs::path(o.tokenizer_dir) / file;
@@ -155,9 +194,10 @@ SpecialTokenIds read_special_token_ids(const std::string& tokenizer_dir) {
   return ids;
 }
 
-void write_random_model(const ModelConfig& config, const std::string& out_dir, uint64_t seed,
-                        int shards, const SpecialTokenIds& special) {
+void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t seed, int shards,
+                        const SpecialTokenIds& special, bool fp8) {
   if (shards < 1) fail("--shards", "must be at least 1");
+  if (fp8) config.quant_method = "fp8";
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) fail(out_dir, "cannot create directory (" + ec.message() + ")");
@@ -176,37 +216,57 @@ void write_random_model(const ModelConfig& config, const std::string& out_dir, u
   gen["transformers_version"] = "4.51.0";
   write_text(out_dir + "/generation_config.json", gen.dump(2) + "\n");
 
-  // Weights: uniform noise with standard deviation 0.02 (as HF initialises), norms near 1.
-  // Counter-based, so the values depend only on (seed, tensor name, element index).
+  // Weights: random_element, the same values whatever the dtype (an FP8 model is its BF16 twin
+  // of the same seed quantised by fp8_quantise).
   std::vector<TensorSpec> specs = checkpoint_tensors(config);
+  if (fp8) specs = fp8_tensors(specs);
   std::vector<uint64_t> tensor_seeds(specs.size());
   uint64_t total_bytes = 0;
   std::vector<uint64_t> bytes(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     tensor_seeds[i] = splitmix64(seed * 0x632be59bd9b4e019ull ^ hash_name(specs[i].name));
-    bytes[i] = 2;
+    bytes[i] = dtype_size(specs[i].dtype);
     for (int64_t d : specs[i].shape) bytes[i] *= uint64_t(d);
     total_bytes += bytes[i];
   }
+  // The factors of FP8 tensor t, [ceil(rows / 128)][ceil(cols / 128)], computed when first asked.
+  std::vector<std::vector<float>> factors(specs.size());
+  auto factors_of = [&](size_t t) -> const std::vector<float>& {
+    std::vector<float>& f = factors[t];
+    if (!f.empty()) return f;
+    const int64_t rows = specs[t].shape[0], cols = specs[t].shape[1];
+    const int64_t k_blocks = (cols + kFp8BlockK - 1) / kFp8BlockK;
+    f.assign(size_t((rows + kFp8BlockK - 1) / kFp8BlockK * k_blocks), 0.0f);
+    for (int64_t e = 0; e < rows * cols; ++e) {
+      float& largest = f[(e / cols / kFp8BlockK) * k_blocks + e % cols / kFp8BlockK];
+      largest = std::max(largest, std::fabs(bf16_to_f32(random_element(tensor_seeds[t], e, false))));
+    }
+    for (float& v : f) v = fp8_block_factor(v);
+    return f;
+  };
   Progress progress("writing weights", size_t(total_bytes >> 20));
   uint64_t written = 0;
-  TensorFill fill = [&](size_t tensor, int64_t first, int64_t count, uint16_t* out) {
-    bool norm = is_norm(specs[tensor].name);
-    float scale = norm ? 0.1f : 0.02f * std::sqrt(3.0f);  // half-width of the uniform range
-    float center = norm ? 1.0f : 0.0f;
-    uint64_t s = tensor_seeds[tensor];
-    for (int64_t i = 0; i < count; ++i) {
-      int64_t e = first + i;
-      uint64_t r = splitmix64(s + uint64_t(e >> 2));
-      uint32_t bits16 = uint32_t(r >> (16 * (e & 3))) & 0xffff;
-      float u = float(bits16) * (2.0f / 65535.0f) - 1.0f;  // [-1, 1]
-      float v = center + scale * u;
-      uint32_t f;
-      __builtin_memcpy(&f, &v, 4);
-      f += 0x7fffu + ((f >> 16) & 1);  // round to nearest even (values are finite)
-      out[i] = uint16_t(f >> 16);
+  TensorBytesFill fill = [&](size_t tensor, int64_t first, int64_t count, uint8_t* out) {
+    const TensorSpec& spec = specs[tensor];
+    if (spec.dtype == "F8_E4M3") {
+      const std::vector<float>& f = factors_of(tensor);
+      const int64_t cols = spec.shape[1], k_blocks = (cols + kFp8BlockK - 1) / kFp8BlockK;
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t e = first + i;
+        out[i] = fp8_quantise(bf16_to_f32(random_element(tensor_seeds[tensor], e, false)),
+                              f[(e / cols / kFp8BlockK) * k_blocks + e % cols / kFp8BlockK]);
+      }
+    } else if (spec.dtype == "F32") {  // the factors of the FP8 tensor before it
+      const std::vector<float>& f = factors_of(tensor - 1);
+      std::memcpy(out, f.data() + first, size_t(count) * sizeof(float));
+    } else {
+      const bool norm = is_norm(spec.name);
+      for (int64_t i = 0; i < count; ++i) {
+        bf16 v = random_element(tensor_seeds[tensor], first + i, norm);
+        std::memcpy(out + 2 * i, &v, 2);
+      }
     }
-    written += uint64_t(count) * 2;
+    written += uint64_t(count) * dtype_size(spec.dtype);
     progress.update(size_t(written >> 20));
   };
 
@@ -238,7 +298,7 @@ void write_random_model(const ModelConfig& config, const std::string& out_dir, u
     }
   }
   for (size_t s = 0; s < files.size(); ++s)
-    write_safetensors(out_dir + "/" + files[s], specs, shard_tensors[s], fill);
+    write_safetensors_bytes(out_dir + "/" + files[s], specs, shard_tensors[s], fill);
   if (shards > 1) {
     nlohmann::ordered_json index;
     index["metadata"] = {{"total_size", total_bytes}};

@@ -22,6 +22,7 @@ struct MakeModelOptions {
   int shards = 1;
   std::string out_dir;
   std::string tokenizer_dir;  // holds tokenizer.json, tokenizer_config.json, chat_template.jinja
+  std::string dtype = "bf16";  // or "fp8": decoder linear weights as Qwen's FP8 checkpoints
 };
 
 // Writes config.json, generation_config.json, the weights (streamed) and the tokenizer files.
@@ -38,8 +39,10 @@ struct SpecialTokenIds {
 SpecialTokenIds read_special_token_ids(const std::string& tokenizer_dir);
 
 // Writes config.json, generation_config.json and random weights for any config (tests use
-// shapes no preset has). Without known special tokens, the files name none.
-void write_random_model(const ModelConfig& config, const std::string& out_dir, uint64_t seed,
-                        int shards, const SpecialTokenIds& special = {});
+// shapes no preset has). Without known special tokens, the files name none. With fp8, the
+// decoder layers' linear weights are F8_E4M3 with F32 factors per 128x128 block (the BF16
+// model of the same seed, quantised as `--quantize fp8` does).
+void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t seed, int shards,
+                        const SpecialTokenIds& special = {}, bool fp8 = false);
 
 }  // namespace ellm

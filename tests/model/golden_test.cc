@@ -39,6 +39,13 @@ struct Golden {
 
 std::string model_dir(const std::string& name) { return test::shared_dir() + "/models/" + name; }
 
+// On the AVX-512 and AMX tiers, FP8 prefill folds each block's factor into BF16 weights for their
+// BF16 products, so prefill rows differ from decode rows by that rounding (kernels.h); on scalar
+// and AVX2 they are the same bits.
+bool fp8_rows_differ_by_pass(const std::string& name) {
+  return name.find("fp8") != std::string::npos && active_isa() >= Isa::avx512;
+}
+
 ServingLimits small_limits(int64_t chunk, int64_t batch = 1) {
   ServingLimits limits;
   limits.sequence_length = 128;
@@ -130,6 +137,7 @@ TEST_P(GoldenSession, PassesTheReferenceRuleOnEveryIsa) {
 
 TEST_P(GoldenSession, OneShotPrefillEqualsChunkedFeeding) {
   const std::string name = GetParam();
+  if (fp8_rows_differ_by_pass(name)) GTEST_SKIP() << "FP8 prefill rounds weights on this tier";
   Golden golden(name);
   auto model = Model::load(model_dir(name), small_limits(128));
   std::vector<float> chunked = run_feeds(*model, golden.feeds);
@@ -146,6 +154,7 @@ TEST_P(GoldenSession, OneShotPrefillEqualsChunkedFeeding) {
 
 TEST_P(GoldenSession, SlotsBatchedTogetherMatchSlotsRunAlone) {
   const std::string name = GetParam();
+  if (fp8_rows_differ_by_pass(name)) GTEST_SKIP() << "FP8 prefill rounds weights on this tier";
   Golden golden(name);
   auto model = Model::load(model_dir(name), small_limits(64, 2));
   const int64_t V = model->vocab_size();
@@ -243,7 +252,12 @@ TEST_P(GoldenSession, ReleasedKvIsRecomputedIdentically) {
   EXPECT_EQ(first, again);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, GoldenSession, testing::Values("tiny-qwen3", "tiny-qwen3-moe"),
+// The FP8 models: Qwen's FP8 checkpoint format (E4M3 weights, a factor per 128x128 block; F32
+// factors in the dense one, BF16 in the MoE one), their reference computed from the dequantised
+// weights.
+INSTANTIATE_TEST_SUITE_P(Models, GoldenSession,
+                         testing::Values("tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen3-fp8",
+                                         "tiny-qwen3-moe-fp8"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -24,6 +24,9 @@ const KernelTable amx_kernels = {
     .silu_mul = nullptr,
     .pack_weights = nullptr,  // the AVX-512 layout: the AMX product reads it
     .matmul = amx::matmul,
+    .matmul_fp8 = nullptr,  // the AVX-512 kernels: panels convert to the layout AMX reads
+    .fp8_decode_rows = 0,
+    .fp8_to_packed_bf16 = nullptr,
     // Each tile packs every K/V block it reads for the tile products, so larger tiles pack less
     // per row.
     .attention_tile_rows = 256,

@@ -8,5 +8,6 @@ namespace ellm::avx2 {
 
 PackWeightsFn pack_weights;
 MatmulFn matmul;
+MatmulFn matmul_fp8;  // every m: decode rows by simd::matmul_fp8, prefill its own
 
 }  // namespace ellm::avx2

@@ -16,11 +16,14 @@
 // summed in another order than the multi-row tiles and made decode differ from prefill.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "base/threads.h"
 #include "kernels/avx2/avx2.h"
 #include "kernels/simd_elementwise.h"
+#include "kernels/simd_fp8.h"
 #include "kernels/vec_avx2.h"
 
 namespace ellm::avx2 {
@@ -115,6 +118,94 @@ void pack_weights(const bf16* w, int64_t n, int64_t k, PackedWeights& out) {
   bf16* dst = out.data.get();
   for (int64_t j = 0; j < n; ++j)
     for (int64_t kk = 0; kk < k; ++kk) dst[((j / kCols) * k + kk) * kCols + j % kCols] = w[j * k + kk];
+}
+
+namespace {
+
+// Columns [col0, col0 + cols) of FP8 weights w as their codes' values in the layout above, exactly
+// (every E4M3 value is a BF16 value): each 16-column block is half of an FP8 block; 16 codes
+// widen to 2 vectors (times 2^-8, undone here) and narrow by truncation, which is exact.
+void codes_to_bf16(const PackedWeights& w, int64_t col0, int64_t cols, bf16* out) {
+  const int64_t k = w.k, blocks = (cols + kCols - 1) / kCols;
+  const __m256 undo = _mm256_set1_ps(256.0f);
+  for (int64_t h = 0; h < blocks; ++h) {
+    const int64_t column = col0 + h * kCols;
+    const uint8_t* codes = w.codes.get() + (column / kFp8Cols) * k * kFp8Cols + column % kFp8Cols;
+    bf16* dst = out + h * k * kCols;
+    for (int64_t kk = 0; kk < k; ++kk) {
+      __m256 lo, hi;
+      Avx2Vec::load_fp8_x2(codes + kk * kFp8Cols, lo, hi);
+      __m256i packed =
+          _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(_mm256_mul_ps(lo, undo)), 16),
+                              _mm256_srli_epi32(_mm256_castps_si256(_mm256_mul_ps(hi, undo)), 16));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + kk * kCols),
+                          _mm256_permute4x64_epi64(packed, 0xd8));  // undo packus' lane order
+    }
+  }
+}
+
+// y[R][cols] = part[R][16] * factor + (first && !accumulate ? 0 : y): one FMA per element, as
+// the FP8 decode kernel adds each 128 k's partial sums.
+void add_scaled(const float* part, int64_t rows, float factor, float* y, int64_t ldy, int64_t cols,
+                bool from_zero) {
+  const __m256 f = _mm256_set1_ps(factor);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * ldy;
+    const float* pr = part + r * kCols;
+    if (cols == kCols) {
+      for (int v = 0; v < 2; ++v) {
+        __m256 base = from_zero ? _mm256_setzero_ps() : _mm256_loadu_ps(yr + 8 * v);
+        _mm256_storeu_ps(yr + 8 * v, _mm256_fmadd_ps(_mm256_loadu_ps(pr + 8 * v), f, base));
+      }
+    } else {
+      for (int64_t c = 0; c < cols; ++c) yr[c] = std::fma(pr[c], factor, from_zero ? 0.0f : yr[c]);
+    }
+  }
+}
+
+}  // namespace
+
+// FP8 weights. Up to simd::kFp8DecodeRows rows: the shared decode kernel. More: the member's
+// panels of columns (fp8_panel_width), each converted once to the BF16 layout above (the codes'
+// values, without factors), then k in chunks of 128 through the BF16 tiles, each chunk's result
+// times its block's factor added to y. That is the decode kernel's arithmetic (per 128 k one FMA
+// chain from zero, then one FMA into y), so a row's result is the same bits in any pass.
+void matmul_fp8(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,
+                int64_t ldy, bool accumulate, int member, int n_members,
+                std::atomic<int64_t>* pool) {
+  if (m <= simd::kFp8DecodeRows)
+    return simd::matmul_fp8<Avx2Vec>(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool);
+  const int64_t k = w.k, width = fp8_panel_width(w.n, n_members);
+  auto [p0, p1] = split_range((w.n + width - 1) / width, member, n_members);
+  if (p0 == p1) return;
+  bf16* panel = static_cast<bf16*>(thread_scratch(1, size_t(width * k) * sizeof(bf16)));
+  alignas(32) float xf[kGroupRows * kFp8BlockK];
+  alignas(32) float part[kRows * kCols];
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t col0 = p * width, cols = std::min(width, w.n - col0);
+    const int64_t blocks = (cols + kCols - 1) / kCols;
+    codes_to_bf16(w, col0, cols, panel);
+    for (int64_t kb = 0; kb < w.k_blocks; ++kb) {
+      const int64_t k0 = kb * kFp8BlockK, len = std::min(kFp8BlockK, k - k0);
+      for (int64_t g0 = 0; g0 < m; g0 += kGroupRows) {
+        const int64_t g1 = std::min(m, g0 + kGroupRows);
+        for (int64_t r = g0; r < g1; ++r)
+          simd::convert_bf16_to_f32<Avx2Vec>(x + r * ldx + k0, xf + (r - g0) * kFp8BlockK, len);
+        for (int64_t b = 0; b < blocks; ++b) {
+          const int64_t column = col0 + b * kCols;
+          const float factor = w.scales[fp8_scale_index(w, column, kb)];
+          const bf16* weights = panel + (b * k + k0) * kCols;
+          for (int64_t r0 = g0; r0 < g1; r0 += kRows) {
+            const int64_t rows = std::min<int64_t>(kRows, g1 - r0);
+            kTiles[rows](xf + (r0 - g0) * kFp8BlockK, kFp8BlockK, weights, len, part, kCols, kCols,
+                         false);
+            add_scaled(part, rows, factor, y + r0 * ldy + column, ldy,
+                       std::min<int64_t>(kCols, w.n - column), kb == 0 && !accumulate);
+          }
+        }
+      }
+    }
+  }
 }
 
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,

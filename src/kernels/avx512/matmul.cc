@@ -16,6 +16,7 @@
 // L1 while all the group's row tiles use it.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/threads.h"
@@ -100,6 +101,29 @@ void pack_weights(const bf16* w, int64_t n, int64_t k, PackedWeights& out) {
       for (int64_t kk = 0; kk < k; ++kk)
         dst[(b * pairs + kk / 2) * 64 + col * 2 + kk % 2] = row[kk];
     }
+}
+
+// Into the layout above, element by element (kFp8Cols == kCols: one FP8 block per block).
+void fp8_to_packed_bf16(const PackedWeights& w, int64_t col0, int64_t cols, PackedWeights& out) {
+  static_assert(kFp8Cols == kCols);
+  const int64_t k = w.k, pairs = (k + 1) / 2, blocks = (cols + kCols - 1) / kCols;
+  out.n = cols;
+  out.k = k;
+  out.isa = Isa::avx512;
+  out.bytes = size_t(blocks * pairs * 64) * sizeof(bf16);
+  float values[256];
+  for (int code = 0; code < 256; ++code) values[code] = fp8_e4m3_to_f32(uint8_t(code));
+  for (int64_t h = 0; h < blocks; ++h) {
+    const int64_t b = col0 / kFp8Cols + h;
+    const uint8_t* codes = w.codes.get() + b * k * kFp8Cols;
+    bf16* dst = out.data.get() + h * pairs * 64;
+    if (k % 2) std::fill_n(dst + (pairs - 1) * 64, 64, bf16(0));  // the odd k's zero partner
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const float factor = w.scales[b * w.k_blocks + kk / kFp8BlockK];
+      for (int64_t c = 0; c < kCols; ++c)
+        dst[(kk / 2) * 64 + c * 2 + kk % 2] = f32_to_bf16(values[codes[kk * kFp8Cols + c]] * factor);
+    }
+  }
 }
 
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,

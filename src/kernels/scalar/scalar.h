@@ -14,6 +14,8 @@ NormRopeFn norm_rope;
 SiluMulFn silu_mul;
 PackWeightsFn pack_weights;
 MatmulFn matmul;
+MatmulFn matmul_fp8;
+Fp8ToPackedFn fp8_to_packed_bf16;
 AttentionBlockFn attention_block;
 AllHeadsFn attention_block_all_heads;
 

@@ -1,4 +1,6 @@
 // The scalar tier's kernel table.
+#include <cstdint>
+
 #include "kernels/scalar/scalar.h"
 
 namespace ellm {
@@ -12,6 +14,9 @@ const KernelTable scalar_kernels = {
     .silu_mul = scalar::silu_mul,
     .pack_weights = scalar::pack_weights,
     .matmul = scalar::matmul,
+    .matmul_fp8 = scalar::matmul_fp8,
+    .fp8_decode_rows = INT64_MAX,  // the twin: every row the decode way
+    .fp8_to_packed_bf16 = scalar::fp8_to_packed_bf16,
     .attention_tile_rows = 32,
     .attention_block = scalar::attention_block,
     .attention_scratch_floats = default_attention_scratch_floats,

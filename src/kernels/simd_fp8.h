@@ -1,0 +1,119 @@
+#pragma once
+// The FP8 decode product, written once over vector traits V (vec_avx2.h, vec_avx512.h) for the
+// packed FP8 layout of kernels.h: columns in blocks of 32, each k's 32 codes side by side, one
+// factor per block and 128 k.
+//
+// A member streams its blocks front to back. Per block and 128 k, each row's partial dot
+// product runs over the codes widened in registers (V::load_fp8_x2, or the cheaper
+// V::load_fp8_x2_normal where the block has no exponent-0 code: the values times 2^-8, exactly), then out = partial * (factor * 2^8) + out, once per 128 k. The x rows are widened to
+// FP32 once per call into the thread's scratch.
+#include <algorithm>
+#include <atomic>
+
+#include "base/threads.h"
+#include "kernels/kernel_table.h"
+#include "kernels/simd_elementwise.h"
+
+namespace ellm::simd {
+
+constexpr int64_t kFp8DecodeRows = 4;
+
+// For blocks j < B (codes + j * ldc) and rows r < R: out[j][r][32] += (xf[r][len] .
+// codes_j[len][32]) * factors[j]; xf rows ldxf apart, out blocks ldo floats apart (rows 32). codes
+// at this 128's first k. One row takes 2 blocks at once: 8 independent FMA chains instead of 4
+// (as the AVX2 BF16 decode tile), each chain in the same order as alone.
+template <class V, int R, int B, bool kNormal>
+inline void fp8_tile(const float* xf, int64_t ldxf, const uint8_t* codes, int64_t ldc, int64_t len,
+                     const float* factors, float* out, int64_t ldo) {
+  using F = typename V::F;
+  constexpr int kVectors = int(kFp8Cols) / V::kLanes;
+  // Every loop unrolled, so the partial sums stay in registers.
+  F partial[B][R][kVectors];
+#pragma GCC unroll 8
+  for (int j = 0; j < B; ++j)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int v = 0; v < kVectors; ++v) partial[j][r][v] = V::zero();
+  for (int64_t kk = 0; kk < len; ++kk) {
+#pragma GCC unroll 8
+    for (int j = 0; j < B; ++j) {
+      F w[kVectors];
+      const uint8_t* c = codes + j * ldc + kk * kFp8Cols;
+#pragma GCC unroll 8
+      for (int v = 0; v < kVectors; v += 2)
+        if constexpr (kNormal)
+          V::load_fp8_x2_normal(c + v * V::kLanes, w[v], w[v + 1]);
+        else
+          V::load_fp8_x2(c + v * V::kLanes, w[v], w[v + 1]);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        F a = V::set1(xf[r * ldxf + kk]);
+#pragma GCC unroll 8
+        for (int v = 0; v < kVectors; ++v) partial[j][r][v] = V::fmadd(a, w[v], partial[j][r][v]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < B; ++j) {
+    const F factor = V::set1(factors[j] * 256.0f);  // the codes were widened times 2^-8
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int v = 0; v < kVectors; ++v) {
+        float* o = out + j * ldo + r * kFp8Cols + v * V::kLanes;
+        V::store(o, V::fmadd(partial[j][r][v], factor, V::load(o)));
+      }
+  }
+}
+
+// MatmulFn for FP8 weights and m <= kFp8DecodeRows rows.
+template <class V>
+void matmul_fp8(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,
+                int64_t ldy, bool accumulate, int member, int n_members,
+                std::atomic<int64_t>* pool) {
+  const int64_t k = w.k, blocks = (w.n + kFp8Cols - 1) / kFp8Cols;
+  float* xf = static_cast<float*>(thread_scratch(0, size_t(m * k) * sizeof(float)));
+  for (int64_t r = 0; r < m; ++r) convert_bf16_to_f32<V>(x + r * ldx, xf + r * k, k);
+  share_work(blocks, member, n_members, pool, [&](int64_t b0, int64_t b1) {
+    alignas(64) float out[2 * kFp8DecodeRows * kFp8Cols];  // [block][row][32]
+    for (int64_t b = b0; b < b1;) {
+      const int64_t group = m == 1 && b + 1 < b1 ? 2 : 1;  // blocks at once
+      const int64_t ldo = m * kFp8Cols;
+      for (int64_t j = 0; j < group; ++j) {
+        const int64_t cols = std::min(kFp8Cols, w.n - (b + j) * kFp8Cols);
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t c = 0; c < kFp8Cols; ++c)
+            out[j * ldo + r * kFp8Cols + c] =
+                accumulate && c < cols ? y[r * ldy + (b + j) * kFp8Cols + c] : 0;
+      }
+      const uint8_t* codes = w.codes.get() + b * k * kFp8Cols;
+      for (int64_t kb = 0; kb < w.k_blocks; ++kb) {
+        const int64_t k0 = kb * kFp8BlockK, len = std::min(kFp8BlockK, k - k0);
+        const float factors[2] = {w.scales[b * w.k_blocks + kb],
+                                  group == 2 ? w.scales[(b + 1) * w.k_blocks + kb] : 0.0f};
+        bool normal = !w.exponent0_blocks[b * w.k_blocks + kb];
+        if (group == 2) normal = normal && !w.exponent0_blocks[(b + 1) * w.k_blocks + kb];
+        const uint8_t* c = codes + k0 * kFp8Cols;
+        const int64_t ldc = k * kFp8Cols;
+        if (group == 2) {
+          (normal ? fp8_tile<V, 1, 2, true> : fp8_tile<V, 1, 2, false>)(xf + k0, k, c, ldc, len,
+                                                                        factors, out, ldo);
+          continue;
+        }
+        for (int64_t r = 0; r < m; r += 2) {
+          auto* tile = r + 1 < m ? (normal ? fp8_tile<V, 2, 1, true> : fp8_tile<V, 2, 1, false>)
+                                 : (normal ? fp8_tile<V, 1, 1, true> : fp8_tile<V, 1, 1, false>);
+          tile(xf + r * k + k0, k, c, ldc, len, factors, out + r * kFp8Cols, ldo);
+        }
+      }
+      for (int64_t j = 0; j < group; ++j)
+        for (int64_t r = 0; r < m; ++r)
+          std::copy_n(out + j * ldo + r * kFp8Cols, std::min(kFp8Cols, w.n - (b + j) * kFp8Cols),
+                      y + r * ldy + (b + j) * kFp8Cols);
+      b += group;
+    }
+  });
+}
+
+}  // namespace ellm::simd
