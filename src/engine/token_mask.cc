@@ -134,9 +134,11 @@ bool TokenConstraint::mask(std::span<float> logits, int64_t remaining) {
   const int64_t budget = remaining - 1;  // tokens left after this one
   if (phase_ == Phase::free || phase_ == Phase::thinking) {
     std::fill(allowed_.begin(), allowed_.end(), ~uint64_t(0));
-    for (int32_t id : banned_) logits[size_t(id)] = kNever;
+    for (int32_t id : banned_)
+      if (size_t(id) < logits.size()) logits[size_t(id)] = kNever;
     if (phase_ == Phase::free) return true;
-    for (int32_t id : end_tokens_) logits[size_t(id)] = kNever;
+    for (int32_t id : end_tokens_)
+      if (size_t(id) < logits.size()) logits[size_t(id)] = kNever;
     // The reasoning may take the budget only down to what closes it and writes the output.
     if (budget >= 1 + grammar_->nodes[size_t(grammar_->root)].min_bytes) return true;
     std::fill(allowed_.begin(), allowed_.end(), 0);
