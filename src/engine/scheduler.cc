@@ -546,10 +546,11 @@ void Scheduler::on_logits(int slot, std::span<float> logits) {
   event.ids.push_back(token);
   event.text = request.stop.push(decode_next(request.detokenizer, tokenizer_, token));
   bool at_limit = request.generated >= request.max_new;
-  if (at_limit && !request.stop.stopped())
+  bool complete = constraint && constraint->finished();  // nothing may follow: no eos needed
+  if ((at_limit || complete) && !request.stop.stopped())
     event.text += request.stop.push(request.detokenizer.flush()) + request.stop.flush();
   request.stream->push(std::move(event));
-  if (request.stop.stopped()) return finish(slot, FinishReason::stop);
+  if (request.stop.stopped() || complete) return finish(slot, FinishReason::stop);
   if (at_limit) return finish(slot, FinishReason::length);
 }
 

@@ -94,6 +94,7 @@ class TokenConstraint {
   // Takes the sampled token.
   void accept(int32_t token);
   bool complete() const;  // the output may end here
+  bool finished() const { return phase_ == Phase::constrained && matcher_.finished(); }  // and must
   // The allowed set of the last mask(), one bit per token (tests and benchmarks).
   bool allowed(int32_t token) const { return allowed_[size_t(token) >> 6] >> (token & 63) & 1; }
   int64_t min_bytes() const { return matcher_.min_bytes(); }

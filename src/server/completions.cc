@@ -285,6 +285,7 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
                                             /*add_generation_prompt=*/true, request.template_kwargs);
   request.generate.prompt = engine.encode(prompt);
   request.generate.constraint = chat_constraint(request, options.tool_call_format, options.parse_reasoning, prompt);
+  const bool forced_calls = request.tool_choice != "auto" && request.tool_choice != "none";
 
   ResponseMeta meta{random_id("chatcmpl-"), options.model_name, unix_time(), request.include_usage, request.logprobs, request.stream};
   meta.continuous_usage = request.stream && request.continuous_usage;
@@ -293,6 +294,7 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   for (int i = 0; i < request.n; ++i) {
     auto parser = std::make_unique<OutputParser>(parse_tools ? options.tool_call_format : ToolCallFormat::none,
                                                  options.parse_reasoning, prompt_opens_reasoning(prompt), json(tools));
+    if (forced_calls) parser->stream_tool_calls();  // the grammar keeps them valid
     outputs.push_back(std::make_shared<ChatOutput>(meta, std::move(parser), [this](int32_t id) { return engine.token_text(id); }));
   }
   respond(submit_choices(request.generate, request.n), std::move(outputs), request.stream, request.include_usage, res);
