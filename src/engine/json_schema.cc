@@ -182,6 +182,11 @@ class Compiler {
       if (!schema["pattern"].is_string()) throw SchemaError("pattern", "'pattern' must be a string");
       g_.regexes.push_back(compile_regex(schema["pattern"]));
       node.regex = int32_t(g_.regexes.size() - 1);
+      // Lengths beside a pattern: a maximum is checked as the string grows; a minimum is not
+      // supported (it could leave the pattern no way to end).
+      if (node.min_length > 0) throw SchemaError("minLength", "'minLength' together with 'pattern' is not supported");
+      if (node.max_length >= 0 && regex_distance(g_.regexes.back(), kRegexStart) > node.max_length)
+        throw SchemaError("maxLength", "'maxLength' is shorter than any string matching 'pattern'");
     }
     if (schema.contains("minItems")) node.min_items = non_negative(schema, "minItems");
     if (schema.contains("maxItems")) node.max_items = non_negative(schema, "maxItems");
