@@ -240,5 +240,28 @@ TEST(TokenMask, ThinkingIsFreeUntilItsEnd) {
   EXPECT_FALSE(c.allowed(vocab()->find("hello")));
 }
 
+TEST(TokenMask, AThinkingModelMayOpenReasoningFirst) {
+  OutputConstraint spec;
+  spec.grammar = json_object_grammar();
+  spec.may_think = true;
+  const int32_t open = vocab()->find("<think>"), close = vocab()->find("</think>");
+  std::vector<float> logits(size_t(vocab()->vocab_size()), 0.0f);
+  TokenConstraint direct(spec, vocab(), {}), thinking(spec, vocab(), {});
+  direct.mask(logits, 50);
+  EXPECT_TRUE(direct.allowed(open));
+  EXPECT_TRUE(direct.allowed(vocab()->find("{\"")));
+  EXPECT_FALSE(direct.allowed(vocab()->find("hello")));
+  direct.accept(vocab()->find("{"));  // no reasoning: constrained from here on
+  direct.mask(logits, 49);
+  EXPECT_FALSE(direct.allowed(open));
+  thinking.accept(open);
+  thinking.mask(logits, 49);
+  EXPECT_TRUE(thinking.allowed(vocab()->find("hello")));
+  thinking.accept(close);
+  thinking.mask(logits, 48);
+  EXPECT_FALSE(thinking.allowed(vocab()->find("hello")));
+  EXPECT_TRUE(thinking.allowed(vocab()->find("{")));
+}
+
 }  // namespace
 }  // namespace ellm
