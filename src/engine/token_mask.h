@@ -89,7 +89,9 @@ class TokenConstraint {
                   std::vector<int32_t> end_tokens);
 
   // Sets the logits of the tokens that may not come next to -inf, given how many tokens the
-  // request may still generate (this one included). Returns false when none may come.
+  // request may still generate (this one included): when that many tokens can close the output
+  // (counting a byte a token), only tokens that keep it so are allowed. Returns false when none
+  // may come.
   bool mask(std::span<float> logits, int64_t remaining);
   // Takes the sampled token.
   void accept(int32_t token);

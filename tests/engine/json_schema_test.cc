@@ -218,6 +218,8 @@ TEST(TokenMask, TightBudgetAllowsOnlyWhatStillCloses) {
   EXPECT_FALSE(c.allowed(vocab()->find("x")));
   EXPECT_TRUE(c.mask(logits, 3));
   EXPECT_TRUE(c.allowed(vocab()->find("x")));
+  EXPECT_TRUE(c.mask(logits, 1));  // out of reach anyway: the grammar alone, best effort
+  EXPECT_TRUE(c.allowed(vocab()->find("x")));
 }
 
 TEST(TokenMask, ThinkingIsFreeUntilItsEnd) {
