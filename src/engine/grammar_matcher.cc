@@ -473,3 +473,26 @@ void GrammarMatcher::add_string_chars(int32_t chars) {
 }
 
 }  // namespace ellm
+
+namespace ellm {
+
+bool GrammarMatcher::listed_or_free_key() const {
+  if (threads_ != 1 || thread_[0].depth == 0) return false;
+  const Frame& f = thread_[0].frames[thread_[0].depth - 1];
+  return f.stage == kObjectKey && f.free_key && f.lo < f.hi && f.utf8_left == 0 && !g_->nodes[f.node].coder;
+}
+
+void GrammarMatcher::drop_listed_keys() {
+  Frame& f = thread_[0].frames[thread_[0].depth - 1];
+  f.lo = f.hi;
+}
+
+std::vector<std::string_view>& GrammarMatcher::listed_keys(std::vector<std::string_view>& out) const {
+  out.clear();
+  const Frame& f = thread_[0].frames[thread_[0].depth - 1];
+  const GrammarNode& n = g_->nodes[f.node];
+  for (int32_t i = f.lo; i < f.hi; ++i) out.push_back(std::string_view(n.properties[n.key_order[i]].key).substr(f.pos));
+  return out;
+}
+
+}  // namespace ellm

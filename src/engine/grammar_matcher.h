@@ -7,6 +7,8 @@
 // which lets the token mask keep the output closable within the remaining token budget: every
 // single byte is a token, so a state needing k bytes can always be closed in k tokens.
 #include <cstdint>
+#include <string_view>
+#include <vector>
 
 #include "engine/json_schema.h"
 
@@ -43,6 +45,11 @@ class GrammarMatcher {
   bool string_top(StringTop& out) const;
   // Counts `chars` characters into the string on top (the fast path's plain prefix).
   void add_string_chars(int32_t chars);
+  // A single thread in an object key that may be a listed name or an additional property.
+  bool listed_or_free_key() const;
+  void drop_listed_keys();  // then it may only be an additional property (a plain string)
+  // The rest of each listed name still possible there (into `out`, which keeps its capacity).
+  std::vector<std::string_view>& listed_keys(std::vector<std::string_view>& out) const;
 
   struct Frame {
     int32_t node = -1;

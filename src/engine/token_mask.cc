@@ -128,6 +128,7 @@ TokenConstraint::TokenConstraint(const OutputConstraint& constraint, std::shared
   if (!grammar_) return;
   matcher_.reset(grammar_.get());
   walk_.resize(size_t(std::max(vocab_->trie().max_depth, 1) + 1));
+  listed_.reserve(64);  // an object lists at most 63 properties
 }
 
 namespace {
@@ -218,28 +219,60 @@ void TokenConstraint::compute(int64_t budget) {
   std::fill(allowed_.begin(), allowed_.end(), 0);
   if (matcher_.dead()) return;
   GrammarMatcher::StringTop top;
-  if (use_fast_path && matcher_.string_top(top)) string_fast_path(top, budget);
-  else walk_trie(budget);
-}
-
-void TokenConstraint::walk_trie(int64_t budget) {
-  const ByteTrie& trie = vocab_->trie();
-  walk_[0].copy_from(matcher_);
-  for (size_t i = 0; i < trie.nodes.size();) {
-    const ByteTrie::Node& node = trie.nodes[i];
-    GrammarMatcher& state = walk_[node.depth];
-    state.copy_from(walk_[node.depth - 1u]);
-    if (!state.feed(node.byte)) {
-      i = size_t(node.skip);
-      continue;
-    }
-    if (node.token_begin < node.token_end && state.min_bytes() <= budget)
-      for (int32_t t = node.token_begin; t < node.token_end; ++t) allow(trie.ids[size_t(t)]);
-    ++i;
+  if (use_fast_path && matcher_.string_top(top)) {
+    string_fast_path(matcher_, top, budget);
+  } else if (use_fast_path && matcher_.listed_or_free_key()) {
+    // A key that may be a listed name or an additional one: as if it could only be additional,
+    // then the tokens that spell a listed name, or go past one, as the real state says.
+    free_key_.copy_from(matcher_);
+    free_key_.drop_listed_keys();
+    free_key_.string_top(top);
+    string_fast_path(free_key_, top, budget);
+    fix_listed_keys(budget);
+  } else {
+    walk_[0].copy_from(matcher_);
+    walk(0, vocab_->trie().nodes.size(), budget);
   }
 }
 
-void TokenConstraint::string_fast_path(const GrammarMatcher::StringTop& top, int64_t budget) {
+// Depth-first over trie nodes [begin, end), whose parents' states are in walk_: a token is
+// allowed if its state lives and can still close in the budget, refused otherwise.
+void TokenConstraint::walk(size_t begin, size_t end, int64_t budget) {
+  const ByteTrie& trie = vocab_->trie();
+  for (size_t i = begin; i < end;) {
+    const ByteTrie::Node& node = trie.nodes[i];
+    GrammarMatcher& state = walk_[node.depth];
+    state.copy_from(walk_[node.depth - 1u]);
+    const bool alive = state.feed(node.byte);
+    const size_t next = alive ? i + 1 : size_t(node.skip);
+    const int32_t last = next < trie.nodes.size() ? trie.nodes[next].token_begin : int32_t(trie.ids.size());
+    const bool ok = alive && state.min_bytes() <= budget;
+    for (int32_t t = node.token_begin; t < (alive ? node.token_end : last); ++t) set(trie.ids[size_t(t)], ok);
+    i = next;
+  }
+}
+
+// The trie along each listed name still possible: the tokens on the way and below its end.
+void TokenConstraint::fix_listed_keys(int64_t budget) {
+  const ByteTrie& trie = vocab_->trie();
+  walk_[0].copy_from(matcher_);
+  for (std::string_view rest : matcher_.listed_keys(listed_)) {
+    size_t node = 0, end = trie.nodes.size();  // the siblings to search: [node, end)
+    for (size_t k = 0; k < rest.size(); ++k) {
+      while (node < end && trie.nodes[node].byte != uint8_t(rest[k])) node = size_t(trie.nodes[node].skip);
+      if (node >= end) break;
+      const ByteTrie::Node& n = trie.nodes[node];
+      walk(node, node + 1, budget);  // this node's own tokens (its state goes to walk_[k + 1])
+      if (walk_[k + 1].dead()) break;
+      if (k + 1 == rest.size()) walk(node + 1, size_t(n.skip), budget);
+      end = size_t(n.skip);
+      ++node;
+    }
+  }
+}
+
+void TokenConstraint::string_fast_path(const GrammarMatcher& from, const GrammarMatcher::StringTop& top,
+                                       int64_t budget) {
   const VocabIndex::StringShapes& shapes = vocab_->shapes(top.raw);
   const int64_t room = top.max_length < 0 ? INT32_MAX : top.max_length - top.count;  // characters
   const int64_t deficit = std::max(0, top.min_length - top.count);
@@ -261,7 +294,7 @@ void TokenConstraint::string_fast_path(const GrammarMatcher::StringTop& top, int
   // Tokens that close the string: what follows the closing byte does not depend on the
   // string, so each distinct suffix is walked once, from a state where the string is long enough.
   const ByteTrie& suffixes = shapes.suffixes;
-  walk_[0].copy_from(matcher_);
+  walk_[0].copy_from(from);
   walk_[0].add_string_chars(int32_t(deficit));
   for (size_t i = 0; i < suffixes.nodes.size();) {
     const ByteTrie::Node& node = suffixes.nodes[i];
@@ -281,7 +314,7 @@ void TokenConstraint::string_fast_path(const GrammarMatcher::StringTop& top, int
   for (const auto& t : shapes.escapes) {
     if (t.chars + 1 > room) continue;
     GrammarMatcher& state = walk_[1];
-    state.copy_from(matcher_);
+    state.copy_from(from);
     state.add_string_chars(t.chars);
     const std::string& bytes = vocab_->bytes(t.id);
     if (state.feed(bytes.data() + t.pending, bytes.size() - size_t(t.pending)) && state.min_bytes() <= budget) allow(t.id);

@@ -105,9 +105,14 @@ class TokenConstraint {
  private:
   enum class Phase { may_think, thinking, constrained, free };
   void compute(int64_t budget);
-  void walk_trie(int64_t budget);
-  void string_fast_path(const GrammarMatcher::StringTop& top, int64_t budget);
+  void walk(size_t begin, size_t end, int64_t budget);
+  void fix_listed_keys(int64_t budget);
+  void string_fast_path(const GrammarMatcher& from, const GrammarMatcher::StringTop& top, int64_t budget);
   void allow(int32_t id) { allowed_[size_t(id) >> 6] |= uint64_t(1) << (id & 63); }
+  void set(int32_t id, bool ok) {
+    const uint64_t bit = uint64_t(1) << (id & 63);
+    allowed_[size_t(id) >> 6] = ok ? allowed_[size_t(id) >> 6] | bit : allowed_[size_t(id) >> 6] & ~bit;
+  }
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const VocabIndex> vocab_;
@@ -116,6 +121,8 @@ class TokenConstraint {
   Phase phase_;
   GrammarMatcher matcher_;
   std::vector<GrammarMatcher> walk_;  // [trie depth] states of the depth-first walk
+  GrammarMatcher free_key_;           // the state with the listed key names dropped
+  std::vector<std::string_view> listed_;  // scratch of listed_keys()
   std::vector<uint64_t> allowed_;
 };
 

@@ -183,6 +183,8 @@ TEST(TokenMask, RandomOutputsAreValidAndFitTheBudget) {
           "tags":{"type":"array","items":{"enum":["a","b","c"]},"maxItems":3}},"required":["name","n","tags"]})", 60},
       {R"({"type":"object","properties":{"s":{"type":"string","minLength":5}},"required":["s"]})", 30},
       {R"({"type":"object"})", 40},
+      {R"({"type":"object","properties":{"name":{"type":"string"},"n":{"type":"integer"}},"required":["n"],
+          "additionalProperties":{"type":"boolean"}})", 40},
       {R"({"anyOf":[{"type":"integer"},{"type":"string","pattern":"[a-c]{2,4}"}]})", 12},
   };
   for (const Case& c : cases) {
@@ -198,6 +200,26 @@ TEST(TokenMask, RandomOutputsAreValidAndFitTheBudget) {
   for (uint64_t seed = 0; seed < 4; ++seed) {
     std::string out = random_output(coder, seed, 160, seed == 0);
     EXPECT_TRUE(accepts(coder, out)) << out;
+  }
+}
+
+TEST(TokenMask, KeysListedOrAdditionalMaskAsTheFullWalk) {
+  OutputConstraint spec;
+  spec.grammar = schema(R"({"type":"object","properties":{"name":{"type":"string"},"nam":{"type":"integer"}},
+                            "additionalProperties":{"type":"boolean"}})");
+  for (const char* prefix : {"{\"", "{\"na", "{\"nam", "{\"x\":true,\"name"}) {
+    TokenConstraint fast(spec, vocab(), {}), slow(spec, vocab(), {});
+    slow.use_fast_path = false;
+    for (const char* p = prefix; *p; ++p) fast.accept(vocab()->find(std::string(1, *p))), slow.accept(vocab()->find(std::string(1, *p)));
+    std::vector<float> a(size_t(vocab()->vocab_size()), 0.0f), b = a;
+    fast.mask(a, 30);
+    slow.mask(b, 30);
+    int allowed = 0;
+    for (size_t id = 0; id < a.size(); ++id) {
+      ASSERT_EQ(std::isfinite(a[id]), std::isfinite(b[id])) << prefix << " token '" << vocab()->bytes(int32_t(id)) << "'";
+      allowed += std::isfinite(a[id]);
+    }
+    EXPECT_GT(allowed, 1000) << prefix;  // additional names are free text
   }
 }
 
