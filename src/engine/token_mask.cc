@@ -231,13 +231,14 @@ void TokenConstraint::compute(int64_t budget) {
     fix_listed_keys(budget);
   } else {
     walk_[0].copy_from(matcher_);
-    walk(0, vocab_->trie().nodes.size(), budget);
+    walk(0, vocab_->trie().nodes.size(), budget, /*overwrite=*/false);
   }
 }
 
 // Depth-first over trie nodes [begin, end), whose parents' states are in walk_: a token is
-// allowed if its state lives and can still close in the budget, refused otherwise.
-void TokenConstraint::walk(size_t begin, size_t end, int64_t budget) {
+// allowed if its state lives and can still close in the budget. `overwrite`: refused ones are
+// cleared too (over a mask made another way), a dead prefix's whole subtree included.
+void TokenConstraint::walk(size_t begin, size_t end, int64_t budget, bool overwrite) {
   const ByteTrie& trie = vocab_->trie();
   for (size_t i = begin; i < end;) {
     const ByteTrie::Node& node = trie.nodes[i];
@@ -245,9 +246,11 @@ void TokenConstraint::walk(size_t begin, size_t end, int64_t budget) {
     state.copy_from(walk_[node.depth - 1u]);
     const bool alive = state.feed(node.byte);
     const size_t next = alive ? i + 1 : size_t(node.skip);
-    const int32_t last = next < trie.nodes.size() ? trie.nodes[next].token_begin : int32_t(trie.ids.size());
     const bool ok = alive && state.min_bytes() <= budget;
-    for (int32_t t = node.token_begin; t < (alive ? node.token_end : last); ++t) set(trie.ids[size_t(t)], ok);
+    if (overwrite || ok) {
+      const int32_t last = alive ? node.token_end : next < trie.nodes.size() ? trie.nodes[next].token_begin : int32_t(trie.ids.size());
+      for (int32_t t = node.token_begin; t < last; ++t) set(trie.ids[size_t(t)], ok);
+    }
     i = next;
   }
 }
@@ -262,9 +265,9 @@ void TokenConstraint::fix_listed_keys(int64_t budget) {
       while (node < end && trie.nodes[node].byte != uint8_t(rest[k])) node = size_t(trie.nodes[node].skip);
       if (node >= end) break;
       const ByteTrie::Node& n = trie.nodes[node];
-      walk(node, node + 1, budget);  // this node's own tokens (its state goes to walk_[k + 1])
+      walk(node, node + 1, budget, true);  // this node's own tokens (its state goes to walk_[k + 1])
       if (walk_[k + 1].dead()) break;
-      if (k + 1 == rest.size()) walk(node + 1, size_t(n.skip), budget);
+      if (k + 1 == rest.size()) walk(node + 1, size_t(n.skip), budget, true);
       end = size_t(n.skip);
       ++node;
     }

@@ -105,7 +105,7 @@ class TokenConstraint {
  private:
   enum class Phase { may_think, thinking, constrained, free };
   void compute(int64_t budget);
-  void walk(size_t begin, size_t end, int64_t budget);
+  void walk(size_t begin, size_t end, int64_t budget, bool overwrite);
   void fix_listed_keys(int64_t budget);
   void string_fast_path(const GrammarMatcher& from, const GrammarMatcher::StringTop& top, int64_t budget);
   void allow(int32_t id) { allowed_[size_t(id) >> 6] |= uint64_t(1) << (id & 63); }
