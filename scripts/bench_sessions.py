@@ -22,41 +22,15 @@ import os
 import random
 import re
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import tempfile
 import time
-import urllib.request
+
+from bench_common import Server, make_model, stream_chunks
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 WORDS = ("the of and to in is was for on are with as by at from this that be or an file path "
          "function return value error test build run fix change line code class module").split()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, binary, model, slots, extra):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        args = [binary, "serve", "--model-path", model, "--host", "127.0.0.1", "--port", str(self.port),
-                "--batch-size", str(slots), "--sequence-length", "16384", *extra]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        if "serving" not in self.proc.stdout.readline():
-            raise SystemExit("the server did not start: " + " ".join(args))
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=120)
-
-    def metrics(self):
-        return urllib.request.urlopen(self.base + "/metrics").read().decode()
 
 
 def tier_metric(text, name, tier):
@@ -67,23 +41,16 @@ def tier_metric(text, name, tier):
 def turn(server, messages, max_tokens):
     """One streamed chat turn; returns (ttft seconds, reply text, usage)."""
     # logprobs: every chunk that carries a token says so, whatever text (if any) it completes.
-    body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
+    body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
             "logprobs": True, "stream_options": {"include_usage": True}, "chat_template_kwargs": {"enable_thinking": False}}
-    req = urllib.request.Request(server.base + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    start, first, text, usage = time.monotonic(), None, [], {}
-    with urllib.request.urlopen(req, timeout=600) as r:
-        for raw in r:
-            line = raw.decode("utf-8", "replace").strip()
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            usage = chunk.get("usage") or usage
-            for c in chunk.get("choices", []):
-                if first is None and (c.get("logprobs") or {}).get("content"):
-                    first = time.monotonic() - start
-                text.append(c["delta"].get("content") or "")
-    return first if first is not None else time.monotonic() - start, "".join(text), usage
+    first, text, usage, at = None, [], {}, 0
+    for at, chunk in stream_chunks(server.base, "/v1/chat/completions", body, timeout=600):
+        usage = chunk.get("usage") or usage
+        for c in chunk.get("choices", []):
+            if first is None and (c.get("logprobs") or {}).get("content"):
+                first = at
+            text.append(c["delta"].get("content") or "")
+    return first if first is not None else at, "".join(text), usage
 
 
 def system_prompt(rng, tokens):
@@ -184,11 +151,7 @@ def main():
     try:
         model = args.model_path
         if not model:
-            model = os.path.join(tmp, "model")
-            cmd = [args.binary, "make-model", "--preset", args.preset, "--out", model]
-            if args.layers:
-                cmd += ["--layers", str(args.layers)]
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            model = make_model(args.binary, args.preset, os.path.join(tmp, "model"), args.layers)
         system = system_prompt(random.Random(1), args.system_tokens)
         print(f"model {model}, {args.slots} slots, {args.turns} turns, system prompt ~{args.system_tokens} tokens, "
               f"user 50-300 tokens, replies 20-100 tokens, --session-memory {args.session_memory}")

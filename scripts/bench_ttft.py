@@ -11,30 +11,23 @@ prefills the whole history and TTFT grows with it. Standard library only.
 import argparse
 import json
 import random
-import time
 import urllib.request
+
+from bench_common import stream_chunks
 
 
 def ttft(base, model, messages, use_cache, max_tokens):
-    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
             "stream_options": {"include_usage": True}, "session_cache": use_cache, "ignore_eos": True}
-    req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    start = time.monotonic()
-    first, text, usage = None, [], {}
-    with urllib.request.urlopen(req, timeout=600) as r:
-        for raw in r:
-            line = raw.decode("utf-8", "replace").strip()
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            usage = chunk.get("usage") or usage
-            for c in chunk.get("choices", []):
-                piece = c["delta"].get("content") or ""
-                if piece and first is None:
-                    first = time.monotonic() - start
-                text.append(piece)
-    return first if first is not None else time.monotonic() - start, "".join(text), usage
+    first, text, usage, at = None, [], {}, 0
+    for at, chunk in stream_chunks(base, "/v1/chat/completions", body, timeout=600):
+        usage = chunk.get("usage") or usage
+        for c in chunk.get("choices", []):
+            piece = c["delta"].get("content") or ""
+            if piece and first is None:
+                first = at
+            text.append(piece)
+    return first if first is not None else at, "".join(text), usage
 
 
 def main():

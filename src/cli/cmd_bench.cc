@@ -128,9 +128,12 @@ struct Bench {
       if (op.name == "attention") attn_flops += op.flops, attn_seconds += op.seconds;
     }
     json out = {{"ops", ops}};
+    // The GEMM-bound limit: the pass's matrix-product FLOPs at the tier's peak and nothing else.
     if (gemm_seconds > 0)
       out["gemm"] = {{"tflops", gemm_flops / gemm_seconds / 1e12},
-                     {"fraction_of_peak", gemm_flops / gemm_seconds / peak_flops}};
+                     {"fraction_of_peak", gemm_flops / gemm_seconds / peak_flops},
+                     {"fraction_of_gemm_bound", gemm_flops / peak_flops / seconds},
+                     {"share_of_time", gemm_seconds / seconds}};
     if (attn_seconds > 0)
       out["attention"] = {{"tflops", attn_flops / attn_seconds / 1e12},
                           {"fraction_of_peak", attn_flops / attn_seconds / peak_flops},
@@ -265,15 +268,17 @@ void print_table(const std::vector<json>& rows, const json& machine) {
               machine["isa"].get<std::string>().c_str(), machine["threads"].get<int>(),
               machine["peak_flops"].get<double>() / 1e9,
               machine["read_bandwidth"].get<double>() / 1e9);
-  std::printf("\n%-16s %7s %7s %10s %9s %12s %10s %10s\n", "run", "batch", "tokens", "tokens/s",
-              "TTFT s", "GEMM TF/s", "GEMM %pk", "attn %time");
+  std::printf("\n%-16s %7s %7s %10s %9s %12s %10s %12s %10s %10s\n", "run", "batch", "tokens", "tokens/s",
+              "TTFT s", "GEMM TF/s", "GEMM %pk", "%GEMM-bound", "attn %time", "other %time");
   for (const json& r : rows) {
     if (r["kind"] != "prefill") continue;
-    std::printf("%-16s %7d %7lld %10.1f %9.3f %12.3f %9.1f%% %9.1f%%\n", "prefill", 1,
+    const double attention_share = r.value("/attention/share_of_time"_json_pointer, 0.0);
+    std::printf("%-16s %7d %7lld %10.1f %9.3f %12.3f %9.1f%% %11.1f%% %9.1f%% %9.1f%%\n", "prefill", 1,
                 (long long)r["tokens"].get<int64_t>(), r["tokens_per_s"].get<double>(),
                 r["ttft_s"].get<double>(), r.value("/gemm/tflops"_json_pointer, 0.0),
                 100 * r.value("/gemm/fraction_of_peak"_json_pointer, 0.0),
-                100 * r.value("/attention/share_of_time"_json_pointer, 0.0));
+                100 * r.value("/gemm/fraction_of_gemm_bound"_json_pointer, 0.0), 100 * attention_share,
+                100 * (1 - r.value("/gemm/share_of_time"_json_pointer, 0.0) - attention_share));
   }
   std::printf("\n%-16s %7s %7s %10s %12s %10s %10s %10s %10s\n", "run", "batch", "context",
               "tokens/s", "MB/step", "GB/s", "read GB/s", "% of read", "whole run");

@@ -85,7 +85,7 @@ int cmd_serve(int argc, char** argv) {
   std::string session_memory, session_dir, session_disk, replica_id;
   int port = 8000, threads = 0;
   int64_t sequence_length = 0, batch_size = 4, chunk_size = 0, max_queue = 64;
-  double shutdown_grace = 10, request_deadline = 60, write_timeout = 30;
+  double shutdown_grace = 10, request_deadline = 60, write_timeout = 30, max_decode_stall_ms = 500;
   int max_connections = 512, max_per_client = 64;
   bool no_session_cache = false;
   app.add_option("--model-path", model_path, "Hugging Face model folder")->required();
@@ -99,6 +99,10 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--chunk-size", chunk_size, "largest prefill pass (default: the sequence length, no chunking)");
   app.add_option("--threads", threads, "worker threads (default: one per physical core)");
   app.add_option("--max-queue", max_queue, "requests waiting for a slot before 429")->capture_default_str();
+  app.add_option("--max-decode-stall-ms", max_decode_stall_ms,
+                 "longest wait for the next token of generating requests while a long prompt prefills "
+                 "(it then runs in parts, their decode steps in between; 0 = never split a prefill)")
+      ->capture_default_str();
   app.add_option("--kv-memory", kv_memory, "KV cache budget, e.g. 8G (default: what RAM allows)");
   app.add_option("--chat-template", chat_template_file, "Jinja file replacing the model's chat template");
   app.add_option("--tool-call-parser", tool_parser, "hermes, qwen3_coder or none (default: from the template)");
@@ -168,6 +172,7 @@ int cmd_serve(int argc, char** argv) {
     sequence_length = config.max_position_embeddings > 0 ? std::min<int64_t>(4096, config.max_position_embeddings) : 4096;
   if (batch_size < 1) throw Error("serve --batch-size: must be at least 1");
   if (max_queue < 0) throw Error("serve --max-queue: must not be negative");
+  if (!(max_decode_stall_ms >= 0)) throw Error("serve --max-decode-stall-ms: must not be negative");
 
   ServingLimits limits;
   limits.sequence_length = sequence_length;
@@ -205,6 +210,7 @@ int cmd_serve(int argc, char** argv) {
 
   EngineOptions engine_options;
   engine_options.max_queue = max_queue;
+  engine_options.max_decode_stall_seconds = max_decode_stall_ms / 1000;
   engine_options.session_cache = !no_session_cache;
   engine_options.session_memory_bytes =
       session_memory.empty() ? std::min<size_t>(physical_memory_bytes() / 4, size_t(16) << 30)

@@ -49,6 +49,9 @@ class RequestStream {
 
 struct EngineOptions {
   int64_t max_queue = 64;  // requests waiting for a slot beyond this get QueueFull
+  // A prefill that would stop the generating slots longer than this runs in parts, with their
+  // decode steps in between (Model::begin_pass); 0 = never.
+  double max_decode_stall_seconds = 0.5;
   std::vector<int32_t> eos_token_ids;  // from generation_config.json
   SamplingParams default_sampling;     // from generation_config.json
   bool session_cache = true;  // false: no request reuses cached KV, and no session is stored

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/hash.h"
 #include "base/log.h"
+#include "model/config.h"
 
 namespace ellm {
 namespace {
@@ -95,6 +96,8 @@ Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptio
   active_.resize(n_slots);
   batch_.reserve(model.max_pass_tokens());
   parts_.reserve(n_slots);
+  step_batch_.reserve(n_slots);
+  step_parts_.reserve(n_slots);
   logits_.resize(size_t(n_slots) * vocab_size_);
   idle_slots_ = int(n_slots);
 
@@ -443,17 +446,23 @@ Scheduler::Placement Scheduler::place(QueuedRequest& queued) {
   return Placement::placed;
 }
 
-// One pass: a decode token for every generating slot, then prefill up to the chunk size.
-void Scheduler::build_pass() {
-  batch_.clear();
-  parts_.clear();
+// A decode token for every generating slot.
+void Scheduler::add_decode_tokens(std::vector<BatchToken>& batch, std::vector<PassPart>& parts) {
   for (int s = 0; s < int(active_.size()); ++s) {
     const ActiveRequest* request = active_[s].get();
     if (!request || int64_t(slots_[s].tokens.size()) < request->prompt_len) continue;
     int32_t position = int32_t(slots_[s].tokens.size());
-    batch_.push_back({request->sequence[position], s, position, true});
-    parts_.push_back({s, 1, true});
+    batch.push_back({request->sequence[position], s, position, true});
+    parts.push_back({s, 1, true});
   }
+}
+
+// One pass: a decode token for every generating slot, then prefill up to the chunk size.
+void Scheduler::build_pass() {
+  batch_.clear();
+  parts_.clear();
+  add_decode_tokens(batch_, parts_);
+  const size_t n_decode = batch_.size();
   int64_t room = std::min(chunk_size_, model_.max_pass_tokens() - int64_t(batch_.size()));
   // Oldest admission first, so a long prompt in chunks is not overtaken forever.
   while (room > 0) {
@@ -474,24 +483,120 @@ void Scheduler::build_pass() {
     parts_.push_back({next, count, logits});
     room -= count;
   }
+  // A prefill that would stop the generating slots too long runs in parts, and their decode
+  // steps run between the parts instead of in this pass.
+  const double stall = options_.max_decode_stall_seconds;
+  const int64_t n_prefill = int64_t(batch_.size() - n_decode);
+  in_parts_ = n_decode > 0 && stall > 0 && double(n_prefill) * prefill_seconds_per_token_ > stall / 2;
+  if (in_parts_) {
+    batch_.erase(batch_.begin(), batch_.begin() + ptrdiff_t(n_decode));
+    parts_.erase(parts_.begin(), parts_.begin() + ptrdiff_t(n_decode));
+  }
 }
 
 void Scheduler::run_pass() {
+  const auto start = Clock::now();
   try {
-    model_.forward(batch_, logits_.data());
+    if (in_parts_) {
+      if (!run_in_parts()) return;
+    } else {
+      model_.forward(batch_, logits_.data());
+      const double seconds = seconds_between(start, Clock::now());
+      if (parts_.size() == batch_.size()) decode_step_seconds_ = seconds;
+      if (batch_.size() >= 64) prefill_seconds_per_token_ = seconds / double(batch_.size());
+    }
   } catch (const std::exception& e) {
     // The KV these tokens were writing cannot be trusted: drop those sessions.
-    for (const PassPart& part : parts_) {
-      try {
-        forget(slots_[part.slot]);
-      } catch (const std::exception&) {  // the session is forgotten; its pages stay counted
-      }
-      finish(part.slot, FinishReason::error, std::string("model forward failed: ") + e.what());
-    }
+    fail_parts(parts_, std::string("model forward failed: ") + e.what());
     return;
   }
+  take_results(parts_);
+}
+
+// Runs batch_ in parts (a layer over some rows each); between two parts, when the generating
+// slots would otherwise wait past the stall limit, one decode step for them. Returns false when
+// the pass was dropped: every request in it was cancelled, or the scheduler is stopping.
+bool Scheduler::run_in_parts() {
+  const double stall = options_.max_decode_stall_seconds;
+  const int64_t n = int64_t(batch_.size());
+  // Parts of about a quarter of the stall limit: the first sized from the last pass's speed,
+  // each next one from the part before (at most twice as many rows: attention grows with them).
+  const double part_target = stall / 4;
+  const int64_t layers = std::max<int64_t>(1, model_.config().num_hidden_layers);
+  int64_t rows = std::clamp<int64_t>(int64_t(part_target * double(layers) / prefill_seconds_per_token_), 16, n);
+  double prefill_seconds = 0;
+  auto last_token = Clock::now();  // the previous pass gave the generating slots theirs
+  model_.begin_pass(batch_);
+  for (;;) {
+    const auto start = Clock::now();
+    const bool done = model_.run_part(rows, logits_.data());
+    const double part_seconds = seconds_between(start, Clock::now());
+    prefill_seconds += part_seconds;
+    if (done) break;
+    const int64_t next_rows = std::clamp<int64_t>(
+        int64_t(double(rows) * std::min(2.0, part_target / std::max(part_seconds, 1e-6))), 16, n);
+    const double next_part_seconds = part_seconds * double(next_rows) / double(rows);
+    rows = next_rows;
+    bool all_cancelled = std::all_of(parts_.begin(), parts_.end(),
+                                     [&](const PassPart& p) { return active_[p.slot]->stream->cancelled(); });
+    bool stopping = false;
+    {
+      std::lock_guard lock(mutex_);
+      stopping = stopping_;
+    }
+    if (all_cancelled || stopping) {  // a shutdown need not wait for the rest of a long prefill
+      model_.cancel_pass();
+      for (const PassPart& part : parts_) {
+        forget(slots_[part.slot]);
+        finish(part.slot, FinishReason::abort);
+      }
+      return false;
+    }
+    if (seconds_between(last_token, Clock::now()) + next_part_seconds + decode_step_seconds_ >= stall) {
+      decode_between_parts();
+      last_token = Clock::now();
+    }
+  }
+  prefill_seconds_per_token_ = prefill_seconds / double(n);
+  return true;
+}
+
+// One decode step for the generating slots while a pass is open (its slots are prefilling, so
+// none of them is in it).
+void Scheduler::decode_between_parts() {
+  for (int s = 0; s < int(active_.size()); ++s)
+    if (active_[s] && active_[s]->stream->cancelled() &&
+        int64_t(slots_[s].tokens.size()) >= active_[s]->prompt_len)
+      finish(s, FinishReason::abort);
+  step_batch_.clear();
+  step_parts_.clear();
+  add_decode_tokens(step_batch_, step_parts_);
+  if (step_batch_.empty()) return;
+  const auto start = Clock::now();
+  try {
+    model_.forward(step_batch_, logits_.data());
+  } catch (const std::exception& e) {
+    fail_parts(step_parts_, std::string("model forward failed: ") + e.what());
+    return;
+  }
+  decode_step_seconds_ = seconds_between(start, Clock::now());
+  take_results(step_parts_);
+}
+
+void Scheduler::fail_parts(std::span<const PassPart> parts, const std::string& error) {
+  for (const PassPart& part : parts) {
+    try {
+      forget(slots_[part.slot]);
+    } catch (const std::exception&) {  // the session is forgotten; its pages stay counted
+    }
+    if (active_[part.slot]) finish(part.slot, FinishReason::error, error);
+  }
+}
+
+// After a pass: the slots hold the tokens fed, and the logits rows go to their requests.
+void Scheduler::take_results(std::span<const PassPart> parts) {
   size_t row = 0;
-  for (const PassPart& part : parts_) {
+  for (const PassPart& part : parts) {
     Slot& slot = slots_[part.slot];
     const ActiveRequest& request = *active_[part.slot];
     size_t begin = slot.tokens.size();

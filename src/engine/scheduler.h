@@ -80,8 +80,13 @@ class Scheduler {
   void evict(Slot& slot);
   bool make_room(int chosen, int keep, int64_t need);
   void stop_thread();
+  void add_decode_tokens(std::vector<BatchToken>& batch, std::vector<PassPart>& parts);
   void build_pass();
   void run_pass();
+  bool run_in_parts();
+  void decode_between_parts();
+  void take_results(std::span<const PassPart> parts);
+  void fail_parts(std::span<const PassPart> parts, const std::string& error);
   void on_logits(int slot, std::span<float> logits);
   void end_at_stop_token(int slot);
   void finish(int slot, FinishReason reason, const std::string& error = {});
@@ -100,6 +105,15 @@ class Scheduler {
   std::vector<Sampler> samplers_;                       // [slot]
   std::vector<BatchToken> batch_;
   std::vector<PassPart> parts_;
+  // A long prefill runs in parts when slots are generating (EngineOptions::max_decode_stall_seconds);
+  // their decode steps run in between, from these.
+  bool in_parts_ = false;
+  std::vector<BatchToken> step_batch_;
+  std::vector<PassPart> step_parts_;
+  // Measured (all layers); at first a slow CPU's, so that the first part of the first long
+  // prefill is short rather than seconds long.
+  double prefill_seconds_per_token_ = 20e-3;
+  double decode_step_seconds_ = 0;        // measured
   std::vector<float> logits_;  // [batch_size][vocab]
   std::unique_ptr<SessionStore> store_;  // null without the session cache
   std::vector<std::span<uint8_t>> kv_from_, kv_to_;

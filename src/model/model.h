@@ -60,6 +60,18 @@ class Model {
   // sequence_length, or more tokens than max_pass_tokens().
   virtual void forward(std::span<const BatchToken> tokens, float* logits) = 0;
 
+  // The same pass in parts, so that the caller can run short passes for other slots between
+  // them (decode steps during a long prefill). begin_pass checks and embeds the tokens; each
+  // run_part then runs one layer over the next rows (at most max_rows, and not past the end
+  // of the layer), layer after layer, and the part that ends the last layer writes the logits
+  // and returns true. The math is the same as forward()'s. While a pass is open, forward()
+  // takes at most batch_size tokens, none of a slot in the open pass. A part that throws
+  // closes the pass.
+  virtual void begin_pass(std::span<const BatchToken> tokens) = 0;
+  virtual bool run_part(int64_t max_rows, float* logits) = 0;
+  // Drops the open pass; the KV its tokens were writing is garbage.
+  virtual void cancel_pass() = 0;
+
   // Gives a slot's KV pages from `from_position` on back to the OS.
   virtual void release_kv(int slot, int64_t from_position) = 0;
   virtual size_t kv_resident_bytes() const = 0;

@@ -31,7 +31,7 @@ void top_k(const float* p, int64_t n, int64_t k, int32_t* ids, float* values) {
 
 }  // namespace
 
-void Qwen3Model::moe_block(const MoeWeights& moe, int64_t n) {
+void Qwen3Model::moe_block(const MoeWeights& moe, float* x_rows, int64_t n) {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size, E = c.num_experts, K = c.num_experts_per_tok;
   const int64_t F = c.moe_intermediate_size;
@@ -125,7 +125,7 @@ void Qwen3Model::moe_block(const MoeWeights& moe, int64_t n) {
   profiler_.time(Op::moe_combine, 0, 0, [&] {
     rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
-        float* x = a.x + t * H;
+        float* x = x_rows + t * H;
         for (int64_t j = 0; j < K; ++j) {
           const float* out = a.moe_out + int64_t(a.row_of_choice[t * K + j]) * H;
           float w = a.topk_weight[t * K + j];

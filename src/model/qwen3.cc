@@ -67,7 +67,8 @@ Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
 
 void Qwen3Model::plan_activations() {
   const ModelConfig& c = config_;
-  const size_t T = size_t(max_tokens_), H = size_t(c.hidden_size), Q = size_t(c.q_dim());
+  const size_t T = size_t(max_tokens_), B = size_t(limits_.batch_size);
+  const size_t H = size_t(c.hidden_size), Q = size_t(c.q_dim());
   const size_t W = Q + 2 * size_t(c.kv_dim()),
                F = size_t(std::max<int64_t>(c.intermediate_size, 0));
   const size_t E = size_t(c.num_experts), K = size_t(c.num_experts_per_tok);
@@ -87,6 +88,9 @@ void Qwen3Model::plan_activations() {
   for (int pass = 0; pass < 2; ++pass) {
     offset = 0;
     carve(act_.x, T * H);
+    carve(act_.step_x, B * H);
+    carve(act_.step_rope_cos, B * size_t(c.head_dim / 2));
+    carve(act_.step_rope_sin, B * size_t(c.head_dim / 2));
     carve(act_.xn, T * H);
     carve(act_.xb, T * std::max({H, Q, F, FE}));
     carve(act_.qkv, T * W);
@@ -114,6 +118,8 @@ void Qwen3Model::plan_activations() {
   act_.seqs.resize(T);
   act_.want_rows.resize(T);
   act_.expert_rows.resize(E + 1);
+  pass_.tokens.reserve(T);
+  pass_.has_slot.assign(B, 0);
 }
 
 void Qwen3Model::validate(std::span<const BatchToken> tokens) const {
@@ -135,39 +141,101 @@ void Qwen3Model::validate(std::span<const BatchToken> tokens) const {
 }
 
 void Qwen3Model::forward(std::span<const BatchToken> tokens, float* logits) {
+  if (!pass_.open) {
+    begin_pass(tokens);
+    while (!run_part(int64_t(tokens.size()), logits)) {
+    }
+    return;
+  }
+  // A short pass between two parts of the open one: its own residual rows, the shared scratch.
   validate(tokens);
-  const int64_t n = int64_t(tokens.size()), H = config_.hidden_size;
-  if (n == 0) return;
+  if (int64_t(tokens.size()) > limits_.batch_size)
+    fail("forward", std::to_string(tokens.size()) + " tokens between the parts of a pass, more than the batch size " +
+                        std::to_string(limits_.batch_size));
+  for (const BatchToken& t : tokens)
+    if (pass_.has_slot[t.slot])
+      fail("forward", "slot " + std::to_string(t.slot) + " is in the pass in progress");
+  if (tokens.empty()) return;
+  PassRows rows{tokens, act_.step_x, act_.step_rope_cos, act_.step_rope_sin};
+  commit_and_embed(rows);
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) layer(l, rows);
+  lm_head(rows, logits);
+  report_pass();
+}
+
+void Qwen3Model::begin_pass(std::span<const BatchToken> tokens) {
+  if (pass_.open) fail("begin_pass", "a pass is already in progress");
+  validate(tokens);
+  pass_.tokens.assign(tokens.begin(), tokens.end());
+  std::fill(pass_.has_slot.begin(), pass_.has_slot.end(), 0);
+  for (const BatchToken& t : tokens) pass_.has_slot[t.slot] = 1;
+  pass_.layer = pass_.row = 0;
+  pass_.open = !tokens.empty();
+  if (pass_.open) commit_and_embed({pass_.tokens, act_.x, act_.rope_cos, act_.rope_sin});
+}
+
+bool Qwen3Model::run_part(int64_t max_rows, float* logits) {
+  if (!pass_.open) return true;
+  if (max_rows <= 0) fail("run_part", "a part needs at least one row");
+  const int64_t n = int64_t(pass_.tokens.size()), H = config_.hidden_size, half = config_.head_dim / 2;
+  try {
+    // Rows [begin, end) of layer pass_.layer: attention reads the KV rows earlier parts of this
+    // layer wrote, so the parts of a layer add up to the whole layer exactly.
+    const int64_t begin = pass_.row, end = std::min(n, begin + max_rows);
+    layer(pass_.layer, {std::span(pass_.tokens).subspan(begin, end - begin), act_.x + begin * H,
+                        act_.rope_cos + begin * half, act_.rope_sin + begin * half});
+    pass_.row = end;
+    if (pass_.row == n) {
+      pass_.row = 0;
+      ++pass_.layer;
+    }
+    if (pass_.layer < config_.num_hidden_layers) return false;
+    lm_head({pass_.tokens, act_.x, act_.rope_cos, act_.rope_sin}, logits);
+  } catch (...) {
+    pass_.open = false;
+    throw;
+  }
+  pass_.open = false;
+  report_pass();
+  return true;
+}
+
+// Commits the KV pages the tokens will write; x = embed_tokens(input_ids) and each token's
+// RoPE angles, once for all layers.                    x: [n][H]   cos, sin: [n][head_dim / 2]
+void Qwen3Model::commit_and_embed(const PassRows& r) {
+  const std::span<const BatchToken> tokens = r.tokens;
+  const int64_t n = int64_t(tokens.size()), H = config_.hidden_size, half = config_.head_dim / 2;
   for (const BatchToken& t : tokens) kv_.note_written(t.slot, t.position + 1);
   profiler_.time(Op::kv_commit, 0, 0, [&] {
     for (int64_t t = 0; t < n; ++t)  // the last token of each run of one slot
       if (t + 1 == n || tokens[t + 1].slot != tokens[t].slot)
         kv_.commit(tokens[t].slot, tokens[t].position + 1, team_);
   });
-
-  // x = embed_tokens(input_ids)                                   x: [n][H]
-  // and each token's RoPE angles, once for all layers               cos, sin: [n][head_dim / 2]
-  const int64_t half = config_.head_dim / 2;
   profiler_.time(Op::embed, 0, double(n * H * 2), [&] {
     rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
-        convert_bf16_to_f32(weights_.embedding + int64_t(tokens[t].token) * H, act_.x + t * H, H);
-        rope_angles(tokens[t].position, inv_freq_.data(), half, act_.rope_cos + t * half,
-                    act_.rope_sin + t * half);
+        convert_bf16_to_f32(weights_.embedding + int64_t(tokens[t].token) * H, r.x + t * H, H);
+        rope_angles(tokens[t].position, inv_freq_.data(), half, r.rope_cos + t * half,
+                    r.rope_sin + t * half);
       }
     });
   });
-  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
-    const LayerWeights& L = weights_.layers[l];
-    attention_block(l, tokens);
-    // x = x + mlp(post_attention_layernorm(x))
-    norm_to_bf16(L.post_attention_norm.get(), n);
-    if (L.is_moe)
-      moe_block(L.moe, n);
-    else
-      mlp_block(L.mlp, n);
-  }
-  lm_head(tokens, logits);
+}
+
+// One decoder layer over the rows:
+// x = x + attention(input_layernorm(x)); x = x + mlp(post_attention_layernorm(x))
+void Qwen3Model::layer(int64_t l, const PassRows& r) {
+  const LayerWeights& L = weights_.layers[l];
+  const int64_t n = int64_t(r.tokens.size());
+  attention_block(l, r);
+  norm_to_bf16(L.post_attention_norm.get(), r.x, n);
+  if (L.is_moe)
+    moe_block(L.moe, r.x, n);
+  else
+    mlp_block(L.mlp, r.x, n);
+}
+
+void Qwen3Model::report_pass() {
   if (ProfileSink* sink = profiler_.sink()) {
     const int64_t solo = team_.solo_switches();
     sink->pass(expert_bytes_read_.exchange(0, std::memory_order_relaxed), weights_.expert_bytes,
@@ -183,12 +251,12 @@ void Qwen3Model::set_profile_sink(ProfileSink* sink) {
 }
 
 // xn = rmsnorm(x) * weight; xb = bf16(xn)                   rows [0, n) of [n][H]
-void Qwen3Model::norm_to_bf16(const float* weight, int64_t n) {
+void Qwen3Model::norm_to_bf16(const float* weight, const float* x, int64_t n) {
   const int64_t H = config_.hidden_size;
   const float eps = float(config_.rms_norm_eps);
   profiler_.time(Op::norm, 0, 0, [&] {
     rows(n, [&](int64_t begin, int64_t end) {
-      rmsnorm(act_.x + begin * H, end - begin, H, H, weight, eps, act_.xn + begin * H, H);
+      rmsnorm(x + begin * H, end - begin, H, H, weight, eps, act_.xn + begin * H, H);
       convert_f32_to_bf16(act_.xn + begin * H, act_.xb + begin * H, (end - begin) * H);
     });
   });
@@ -196,14 +264,15 @@ void Qwen3Model::norm_to_bf16(const float* weight, int64_t n) {
 
 // x = x + o_proj(attention(rope(q_norm(q)), rope(k_norm(k)), v)),
 // with q, k, v = input_layernorm(x) @ [Wq; Wk; Wv]^T.
-void Qwen3Model::attention_block(int64_t layer, std::span<const BatchToken> tokens) {
+void Qwen3Model::attention_block(int64_t layer, const PassRows& r) {
+  const std::span<const BatchToken> tokens = r.tokens;
   const LayerWeights& L = weights_.layers[layer];
   const ModelConfig& c = config_;
   const int64_t n = int64_t(tokens.size()), H = c.hidden_size, hd = c.head_dim;
   const int64_t Q = c.q_dim(), KV = c.kv_dim(), W = Q + 2 * KV;
   const float eps = float(c.rms_norm_eps);
 
-  norm_to_bf16(L.input_norm.get(), n);
+  norm_to_bf16(L.input_norm.get(), r.x, n);
   // qkv = xb @ Wqkv^T                                              qkv: [n][Q + 2 KV]
   gemm(Op::qkv, act_.xb, n, H, L.qkv, act_.qkv, W, false);
 
@@ -214,8 +283,8 @@ void Qwen3Model::attention_block(int64_t layer, std::span<const BatchToken> toke
         float* q = act_.qkv + t * W;  // [n_heads][hd]
         float* k = q + Q;             // [n_kv_heads][hd]
         float* v = k + KV;            // [n_kv_heads][hd]
-        const float* cos = act_.rope_cos + t * (hd / 2);
-        const float* sin = act_.rope_sin + t * (hd / 2);
+        const float* cos = r.rope_cos + t * (hd / 2);
+        const float* sin = r.rope_sin + t * (hd / 2);
         f16* k_cache = kv_.k(layer, tokens[t].slot) + tokens[t].position * KV;  // [n_kv_heads][hd]
         f16* v_cache = kv_.v(layer, tokens[t].slot) + tokens[t].position * KV;
         norm_rope(q, c.num_attention_heads, hd, L.q_norm.get(), eps, cos, sin, q, hd);
@@ -261,11 +330,11 @@ void Qwen3Model::attention_block(int64_t layer, std::span<const BatchToken> toke
   rows(n, [&](int64_t begin, int64_t end) {
     convert_f32_to_bf16(act_.attn + begin * Q, act_.xb + begin * Q, (end - begin) * Q);
   });
-  gemm(Op::o_proj, act_.xb, n, Q, L.o_proj, act_.x, H, true);
+  gemm(Op::o_proj, act_.xb, n, Q, L.o_proj, r.x, H, true);
 }
 
 // x = x + down(silu(gate(xb)) * up(xb))                   xb: [n][H] = post_attention_layernorm(x)
-void Qwen3Model::mlp_block(const SwiGluWeights& mlp, int64_t n) {
+void Qwen3Model::mlp_block(const SwiGluWeights& mlp, float* x, int64_t n) {
   const int64_t H = config_.hidden_size, F = mlp.down.k;
   gemm(Op::gate_up, act_.xb, n, H, mlp.gate_up, act_.gate_up, 2 * F, false);
   profiler_.time(Op::silu_mul, 0, 0, [&] {
@@ -275,11 +344,12 @@ void Qwen3Model::mlp_block(const SwiGluWeights& mlp, int64_t n) {
       convert_f32_to_bf16(act_.act + begin * F, act_.xb + begin * F, (end - begin) * F);
     });
   });
-  gemm(Op::down, act_.xb, n, F, mlp.down, act_.x, H, true);
+  gemm(Op::down, act_.xb, n, F, mlp.down, x, H, true);
 }
 
 // logits = norm(x) @ lm_head^T, only for the tokens that want logits.
-void Qwen3Model::lm_head(std::span<const BatchToken> tokens, float* logits) {
+void Qwen3Model::lm_head(const PassRows& r, float* logits) {
+  const std::span<const BatchToken> tokens = r.tokens;
   const int64_t H = config_.hidden_size, V = config_.vocab_size;
   int64_t n_want = 0;
   for (int64_t t = 0; t < int64_t(tokens.size()); ++t)
@@ -289,7 +359,7 @@ void Qwen3Model::lm_head(std::span<const BatchToken> tokens, float* logits) {
   const float eps = float(config_.rms_norm_eps);
   rows(n_want, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      rmsnorm(act_.x + act_.want_rows[i] * H, 1, H, H, weights_.final_norm.get(), eps,
+      rmsnorm(r.x + act_.want_rows[i] * H, 1, H, H, weights_.final_norm.get(), eps,
               act_.xn + i * H, H);
       convert_f32_to_bf16(act_.xn + i * H, act_.xb + i * H, H);
     }

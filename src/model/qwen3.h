@@ -24,6 +24,9 @@ namespace ellm {
 struct Activations {
   VirtualRegion region;
   float* x;              // [T][hidden]  the residual stream
+  float* step_x;         // [batch][hidden]  that of a pass run between parts of another
+  float* step_rope_cos;  // [batch][head_dim / 2]
+  float* step_rope_sin;
   float* xn;             // [T][hidden]  normed rows (FP32, the router's input)
   bf16* xb;              // [T][max(hidden, q_dim, ffn)]  BF16 input of the next GEMM
   float* qkv;            // [T][q_dim + 2 kv_dim]
@@ -49,6 +52,14 @@ struct Activations {
   float* moe_out;            // [T * top_k][hidden]
 };
 
+// The rows one part of a pass works on.
+struct PassRows {
+  std::span<const BatchToken> tokens;  // [n]
+  float* x;                            // [n][hidden]  their residual stream
+  float* rope_cos;                     // [n][head_dim / 2]
+  float* rope_sin;
+};
+
 class Qwen3Model final : public Model {
  public:
   Qwen3Model(const std::string& model_dir, const ModelConfig& config, const ServingLimits& limits);
@@ -58,6 +69,9 @@ class Qwen3Model final : public Model {
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_pass_tokens() const override { return max_tokens_; }
   void forward(std::span<const BatchToken> tokens, float* logits) override;
+  void begin_pass(std::span<const BatchToken> tokens) override;
+  bool run_part(int64_t max_rows, float* logits) override;
+  void cancel_pass() override { pass_.open = false; }
   void release_kv(int slot, int64_t from_position) override;
   size_t kv_resident_bytes() const override { return kv_.resident_bytes(); }
   size_t kv_bytes_per_token() const override { return kv_.bytes_per_token(); }
@@ -90,11 +104,14 @@ class Qwen3Model final : public Model {
       });
     });
   }
-  void norm_to_bf16(const float* weight, int64_t n);
-  void attention_block(int64_t layer, std::span<const BatchToken> tokens);
-  void mlp_block(const SwiGluWeights& mlp, int64_t n);
-  void moe_block(const MoeWeights& moe, int64_t n);
-  void lm_head(std::span<const BatchToken> tokens, float* logits);
+  void commit_and_embed(const PassRows& rows);
+  void layer(int64_t l, const PassRows& rows);
+  void norm_to_bf16(const float* weight, const float* x, int64_t n);
+  void attention_block(int64_t layer, const PassRows& rows);
+  void mlp_block(const SwiGluWeights& mlp, float* x, int64_t n);
+  void moe_block(const MoeWeights& moe, float* x, int64_t n);
+  void lm_head(const PassRows& rows, float* logits);
+  void report_pass();
 
   ModelConfig config_;
   ServingLimits limits_;
@@ -105,6 +122,12 @@ class Qwen3Model final : public Model {
   std::vector<float> inv_freq_;  // [head_dim / 2]
   AttentionShape attention_shape_;
   Activations act_;
+  struct OpenPass {  // begin_pass .. the part that ends it
+    bool open = false;
+    std::vector<BatchToken> tokens;  // capacity max_tokens_, reserved at load
+    std::vector<char> has_slot;      // [batch]
+    int64_t layer = 0, row = 0;
+  } pass_;
   std::atomic<uint64_t> expert_bytes_read_{0};  // by the MoE layers of this pass
   int64_t solo_reported_ = 0;                   // the team's solo switches at the last report
   alignas(64) std::atomic<int64_t> matmul_pool_{0};  // its own cache line: both members add to it

@@ -5,10 +5,12 @@
 // output, and forward() checks the Model contract strictly.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/error.h"
@@ -53,7 +55,58 @@ class FakeModel : public Model {
 
   void forward(std::span<const BatchToken> tokens, float* logits) override {
     if (int64_t(tokens.size()) > max_pass_tokens()) fail("fake", "too many tokens in a pass");
+    if (pass_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pass_delay_ms.load()));
     std::lock_guard lock(mutex_);
+    if (open_) {  // the contract for a pass between the parts of another
+      if (int64_t(tokens.size()) > limits_.batch_size) fail("fake", "too many tokens between parts");
+      for (const BatchToken& t : tokens)
+        for (const BatchToken& o : open_tokens_)
+          if (t.slot == o.slot) fail("fake", "a slot of the open pass in a pass between its parts");
+      ++passes_between_parts_;
+    }
+    feed(tokens, logits);
+  }
+
+  // Parts: kLayers "layers" of the pass's rows, each part max_rows of them (not past the end
+  // of a layer), part_delay_us_per_row each; the tokens are fed (KV written, logits filled) by
+  // the part that ends the pass.
+  static constexpr int64_t kLayers = 4;
+  void begin_pass(std::span<const BatchToken> tokens) override {
+    if (int64_t(tokens.size()) > max_pass_tokens()) fail("fake", "too many tokens in a pass");
+    std::lock_guard lock(mutex_);
+    if (open_) fail("fake", "a pass is already open");
+    open_tokens_.assign(tokens.begin(), tokens.end());
+    layer_ = row_ = 0;
+    open_ = !tokens.empty();
+    ++split_passes_;
+  }
+  bool run_part(int64_t max_rows, float* logits) override {
+    if (max_rows <= 0) fail("fake", "a part needs rows");
+    std::lock_guard lock(mutex_);
+    if (!open_) return true;
+    ++parts_run_;
+    const int64_t end = std::min<int64_t>(int64_t(open_tokens_.size()), row_ + max_rows);
+    std::this_thread::sleep_for(std::chrono::microseconds(part_delay_us_per_row * (end - row_)));
+    row_ = end;
+    if (row_ == int64_t(open_tokens_.size())) {
+      row_ = 0;
+      ++layer_;
+    }
+    if (layer_ < kLayers) return false;
+    open_ = false;
+    feed(open_tokens_, logits);
+    return true;
+  }
+  void cancel_pass() override {
+    std::lock_guard lock(mutex_);
+    open_ = false;
+    ++cancelled_passes_;
+  }
+  std::atomic<int> part_delay_us_per_row{0}, pass_delay_ms{0};  // slow parts and passes down
+  std::atomic<int64_t> cancelled_passes_{0};
+
+ private:
+  void feed(std::span<const BatchToken> tokens, float* logits) {
     ++passes_;
     max_pass_seen_ = std::max<int64_t>(max_pass_seen_, int64_t(tokens.size()));
     int64_t row = 0;
@@ -75,6 +128,7 @@ class FakeModel : public Model {
     }
   }
 
+ public:
   void release_kv(int slot, int64_t from_position) override {
     std::lock_guard lock(mutex_);
     ++releases_;
@@ -104,6 +158,9 @@ class FakeModel : public Model {
   int64_t passes() const { return passes_.load(); }
   int64_t max_pass_seen() const { return max_pass_seen_.load(); }
   int64_t releases() const { return releases_.load(); }
+  int64_t split_passes() const { return split_passes_.load(); }
+  int64_t parts_run() const { return parts_run_.load(); }
+  int64_t passes_between_parts() const { return passes_between_parts_.load(); }
   std::atomic<int32_t> poison_token{-1};
 
  private:
@@ -113,6 +170,10 @@ class FakeModel : public Model {
   std::vector<std::vector<int32_t>> kv_;  // [slot][position] token, -1 = not written
   std::vector<int64_t> fed_;
   std::atomic<int64_t> tokens_fed_{0}, passes_{0}, max_pass_seen_{0}, releases_{0};
+  std::atomic<int64_t> split_passes_{0}, parts_run_{0}, passes_between_parts_{0};
+  bool open_ = false;
+  std::vector<BatchToken> open_tokens_;
+  int64_t layer_ = 0, row_ = 0;
 };
 
 // The greedy continuation the fake model implies for a prompt.

@@ -159,6 +159,97 @@ TEST(EngineScheduler, CancellationFreesTheSlot) {
   EXPECT_EQ(engine->metrics().requests_running, 0);
 }
 
+// Two slots, slot 0 generating (5 ms a step, up to 3000 tokens) when this returns, so that a
+// long prompt arriving next finds a stream to stall.
+struct WhileGenerating {
+  FakeEngine fake;
+  std::vector<int32_t> prompt;
+  std::shared_ptr<RequestStream> stream;
+  std::vector<int32_t> first_ids;
+
+  WhileGenerating(double max_stall_seconds, int seed) {
+    EngineOptions options;
+    options.max_decode_stall_seconds = max_stall_seconds;
+    fake = make_engine(limits(4096, 2), options);
+    fake.model->pass_delay_ms = 5;
+    prompt = prompt_of(8, seed);
+    stream = fake.engine->submit(greedy(prompt, 3000));
+    auto first = stream->next(10000);
+    EXPECT_TRUE(first.has_value());
+    if (first) first_ids = first->ids;
+  }
+  // Ends the generating request; its tokens must be what the model implies.
+  void stop() {
+    stream->cancel();
+    Outcome rest = collect(stream);
+    std::vector<int32_t> ids = first_ids;
+    ids.insert(ids.end(), rest.ids.begin(), rest.ids.end());
+    EXPECT_EQ(ids, fake_greedy(prompt, int64_t(ids.size())));
+  }
+};
+
+// A long prefill while another slot generates runs in parts, with that slot's decode steps in
+// between; both outputs are still exactly what the model implies.
+TEST(EngineScheduler, LongPrefillRunsInPartsWhileOthersDecode) {
+  WhileGenerating busy(0.2, 30);
+  FakeModel* model = busy.fake.model;
+  model->part_delay_us_per_row = 200;  // 4 layers x 1500 rows: 1.2 s
+  const auto long_prompt = prompt_of(1500, 31);
+  Outcome long_out = collect(busy.fake.engine->submit(greedy(long_prompt, 3)));
+  EXPECT_EQ(long_out.ids, fake_greedy(long_prompt, 3));
+  EXPECT_EQ(model->split_passes(), 1);
+  EXPECT_GE(model->passes_between_parts(), 2);
+  busy.stop();
+}
+
+TEST(EngineScheduler, NoStallLimitMeansOnePass) {
+  WhileGenerating busy(0, 32);
+  const auto long_prompt = prompt_of(1500, 33);
+  Outcome long_out = collect(busy.fake.engine->submit(greedy(long_prompt, 3)));
+  EXPECT_EQ(long_out.ids, fake_greedy(long_prompt, 3));
+  EXPECT_EQ(busy.fake.model->split_passes(), 0);
+  busy.stop();
+}
+
+// A client that gives up during a long prefill stops it at the next part; the half-written KV
+// is never reused.
+TEST(EngineScheduler, CancelledLongPrefillStopsBetweenParts) {
+  WhileGenerating busy(0.2, 34);
+  FakeModel* model = busy.fake.model;
+  model->part_delay_us_per_row = 200;
+  const auto long_prompt = prompt_of(1500, 35);
+  auto long_one = busy.fake.engine->submit(greedy(long_prompt, 3));
+  for (int i = 0; i < 1000 && model->parts_run() < 10; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  long_one->cancel();
+  Outcome aborted = collect(long_one);
+  EXPECT_EQ(aborted.end.finish_reason, FinishReason::abort);
+  EXPECT_EQ(aborted.end.completion_tokens, 0);
+  EXPECT_EQ(model->cancelled_passes_, 1);
+  EXPECT_LT(model->parts_run(), 4 * 1500 / 16);
+  busy.stop();
+  model->part_delay_us_per_row = 0;
+  model->pass_delay_ms = 0;
+  Outcome again = collect(busy.fake.engine->submit(greedy(long_prompt, 3)));
+  EXPECT_EQ(again.ids, fake_greedy(long_prompt, 3));
+  EXPECT_EQ(again.end.cached_tokens, 0);
+}
+
+// A shutdown stops a long prefill at the next part instead of waiting for all of it.
+TEST(EngineScheduler, ShutdownStopsALongPrefillBetweenParts) {
+  WhileGenerating busy(0.2, 36);
+  FakeModel* model = busy.fake.model;
+  model->part_delay_us_per_row = 200;
+  auto long_one = busy.fake.engine->submit(greedy(prompt_of(1500, 37), 3));
+  for (int i = 0; i < 1000 && model->parts_run() < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  busy.fake.engine->shutdown(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  EXPECT_EQ(collect(long_one).end.finish_reason, FinishReason::abort);
+  EXPECT_EQ(collect(busy.stream).end.finish_reason, FinishReason::abort);
+  EXPECT_EQ(model->cancelled_passes_, 1);
+  EXPECT_LT(model->parts_run(), 4 * 1500 / 16);
+}
+
 TEST(EngineScheduler, CancelledWhileWaitingNeverRuns) {
   auto [model, engine] = make_engine(limits(4096, 1));
   auto busy = engine->submit(greedy(prompt_of(8, 14), 4000));

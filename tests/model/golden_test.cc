@@ -184,6 +184,53 @@ TEST_P(GoldenSession, SlotsBatchedTogetherMatchSlotsRunAlone) {
   EXPECT_LT(worst, 2e-3);
 }
 
+// A pass run in parts of 7 rows, with decode steps of another slot between the parts, gives
+// the logits of the same pass run at once, and the decode steps give theirs as if alone.
+TEST_P(GoldenSession, PassInPartsEqualsOnePass) {
+  const std::string name = GetParam();
+  Golden golden(name);
+  for (Isa isa : supported_isas()) {
+    set_active_isa(isa);
+    auto model = Model::load(model_dir(name), small_limits(64, 2));
+    const int64_t V = model->vocab_size();
+    const std::vector<int32_t>& prompt = golden.feeds[0];
+    std::vector<int32_t> other(golden.feeds[0].begin(), golden.feeds[0].begin() + 5);
+    std::vector<float> alone = run_feeds(*model, {prompt}, 1);
+    std::vector<float> other_alone = run_feeds(*model, {other, {11}, {12}, {13}, {14}, {15}, {16}}, 0);
+    model->release_kv(0, 0);
+    model->release_kv(1, 0);
+
+    run_feeds(*model, {other}, 0);
+    std::vector<BatchToken> batch;
+    for (size_t i = 0; i < prompt.size(); ++i) batch.push_back({prompt[i], 1, int32_t(i), true});
+    std::vector<float> parts(batch.size() * size_t(V)), steps;
+    auto step = std::vector<float>(size_t(V));
+    model->begin_pass(batch);
+    int32_t next = 11, position = int32_t(other.size());
+    int n_parts = 1;
+    while (!model->run_part(7, parts.data())) {
+      ++n_parts;
+      if (next > 16) continue;
+      std::vector<BatchToken> decode = {{next++, 0, position++, true}};
+      model->forward(decode, step.data());
+      steps.insert(steps.end(), step.begin(), step.end());
+    }
+    EXPECT_EQ(n_parts, int(model->config().num_hidden_layers * ((batch.size() + 6) / 7)));
+    double worst = 0;
+    for (size_t i = 0; i < parts.size(); ++i) worst = std::max(worst, double(std::abs(parts[i] - alone[i])));
+    for (size_t i = 0; i < steps.size(); ++i)
+      worst = std::max(worst, double(std::abs(steps[i] - other_alone[other.size() * V + i])));
+    std::printf("[%s %s] in parts vs at once: max |diff| %.2e\n", name.c_str(), isa_name(isa), worst);
+    EXPECT_LT(worst, 2e-3) << isa_name(isa);
+    // The contract: no second pass, and no slot of the open pass in a pass between its parts.
+    model->begin_pass(std::span(batch).first(3));
+    EXPECT_THROW(model->begin_pass(batch), Error);
+    std::vector<BatchToken> clash = {{5, 1, 60, true}};
+    EXPECT_THROW(model->forward(clash, step.data()), Error);
+    model->cancel_pass();
+  }
+}
+
 TEST_P(GoldenSession, ReleasedKvIsRecomputedIdentically) {
   const std::string name = GetParam();
   Golden golden(name);
