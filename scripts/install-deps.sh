@@ -8,7 +8,7 @@ packages=(
   nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
-  python3 python3-jinja2 curl
+  python3 python3-jinja2 python3-jsonschema curl  # jsonschema: tests/e2e/test_structured_output.py
   haproxy systemd  # tests/e2e/test_haproxy.py, test_systemd_unit.py (systemd-analyze verify)
 )
 missing=()

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "engine/scheduler.h"
+#include "engine/token_mask.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace ellm {
@@ -43,10 +44,12 @@ struct Engine::Impl {
   std::unique_ptr<Model> model;
   std::shared_ptr<const Tokenizer> tokenizer;
   EngineOptions options;
+  std::shared_ptr<const VocabIndex> vocab_index;  // for constrained decoding, built once
   Scheduler scheduler;
 
   Impl(std::unique_ptr<Model> m, std::shared_ptr<const Tokenizer> t, EngineOptions o)
       : model(std::move(m)), tokenizer(std::move(t)), options(std::move(o)),
+        vocab_index(std::make_shared<const VocabIndex>(*tokenizer)),
         scheduler(*model, *tokenizer, options) {}
 };
 
@@ -108,6 +111,14 @@ int64_t validate(const GenerateRequest& request, const Model& model) {
 std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
   QueuedRequest queued;
   queued.max_new = validate(request, *impl_->model);
+  if (request.constraint) {
+    std::vector<int32_t> end_tokens = request.stop_token_ids;
+    if (!request.ignore_eos)
+      end_tokens.insert(end_tokens.end(), impl_->options.eos_token_ids.begin(), impl_->options.eos_token_ids.end());
+    for (int32_t id : end_tokens)
+      if (id < 0 || id >= impl_->tokenizer->vocab_size()) throw RequestError("stop_token_ids", "a stop token id is outside the vocabulary");
+    queued.constraint = std::make_unique<TokenConstraint>(*request.constraint, impl_->vocab_index, std::move(end_tokens));
+  }
   queued.request = std::move(request);
   queued.stream = std::make_shared<RequestStream>();
   queued.submitted = Clock::now();

@@ -2,6 +2,8 @@
 
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "base/error.h"
 #include "engine/tool_parser.h"
 
@@ -89,7 +91,8 @@ OutputDelta OutputParser::finish() {
       flush(reasoning_, out.reasoning, result_.reasoning);
       break;
     case State::tool_call:
-      step_tool_call(out, /*at_end=*/true);
+      if (stream_calls_) step_streamed_call(out, /*at_end=*/true);
+      else step_tool_call(out, /*at_end=*/true);
       break;
   }
   pending_.clear();
@@ -105,7 +108,9 @@ void OutputParser::process(OutputDelta& out) {
       case State::start: more = step_start(); break;
       case State::reasoning: more = step_reasoning(out); break;
       case State::content: more = step_content(out); break;
-      case State::tool_call: more = step_tool_call(out, /*at_end=*/false); break;
+      case State::tool_call:
+        more = stream_calls_ ? step_streamed_call(out, /*at_end=*/false) : step_tool_call(out, /*at_end=*/false);
+        break;
       case State::finished: more = false; break;
     }
   }
@@ -202,6 +207,163 @@ bool OutputParser::step_tool_call(OutputDelta& out, bool at_end) {
   pending_.erase(0, closed ? close + kCallClose.size() : pending_.size());
   state_ = State::content;
   return true;
+}
+
+namespace {
+
+constexpr size_t kWaiting = std::string::npos, kNotACall = std::string::npos - 1;
+
+// Matches the JSON framing of a call piece by piece: each step is matched, incomplete (the text
+// ends inside it) or not matched.
+struct Scanner {
+  std::string_view text;
+  size_t i = 0;
+  bool incomplete = false, mismatch = false;
+
+  bool ok() const { return !incomplete && !mismatch; }
+  void space() {
+    while (i < text.size() && kSpace.find(text[i]) != std::string_view::npos) ++i;
+  }
+  void literal(std::string_view s) {
+    if (!ok()) return;
+    size_t n = std::min(s.size(), text.size() - i);
+    if (text.substr(i, n) != s.substr(0, n)) mismatch = true;
+    else if (n < s.size()) incomplete = true;
+    else i += n;
+  }
+  std::string until(char end) {  // the text before `end`, which is consumed
+    if (!ok()) return {};
+    size_t at = text.find(end, i);
+    if (at == std::string_view::npos) return incomplete = true, std::string();
+    std::string out(text.substr(i, at - i));
+    i = at + 1;
+    return out;
+  }
+};
+
+// The end of the JSON object or array starting at `begin`, or npos when it is not complete.
+size_t json_value_end(std::string_view text, size_t begin) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t j = begin; j < text.size(); ++j) {
+    char c = text[j];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return j + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace
+
+// A call streamed as it comes (stream_tool_calls): header, then argument fragments, then the
+// closing tag. Text that turns out not to be a call before its header is out goes the usual way.
+bool OutputParser::step_streamed_call(OutputDelta& out, bool at_end) {
+  size_t end = format_ == ToolCallFormat::hermes_json ? hermes_arguments(out, at_end) : coder_arguments(out, at_end);
+  if (!call_started_ && (end == kNotACall || (end == kWaiting && at_end))) return step_tool_call(out, at_end);
+  if (end == kWaiting && !at_end) return false;
+  size_t close = end < kNotACall ? pending_.find(kCallClose, end) : std::string::npos;
+  if (close == std::string::npos && !at_end && end < kNotACall) return false;
+  pending_.erase(0, close == std::string::npos ? pending_.size() : close + kCallClose.size());
+  call_started_ = false, call_sent_ = 0, call_parts_ = 0;
+  space_before_call_.clear();
+  content_.after_call = true;
+  state_ = State::content;
+  return true;
+}
+
+void OutputParser::start_call(OutputDelta& out, std::string name) {
+  ToolCall call{new_call_id(), std::move(name), ""};
+  out.tool_calls.push_back({static_cast<int>(result_.tool_calls.size()), call.id, call.name, ""});
+  result_.tool_calls.push_back(std::move(call));
+  call_started_ = true;
+}
+
+void OutputParser::emit_arguments(std::string_view text, OutputDelta& out) {
+  if (text.empty()) return;
+  const int index = static_cast<int>(result_.tool_calls.size()) - 1;
+  result_.tool_calls.back().arguments += text;
+  // The header (id and name) stays a delta of its own, as vLLM sends it.
+  ToolCallDelta* last = out.tool_calls.empty() ? nullptr : &out.tool_calls.back();
+  if (last && last->index == index && last->id.empty()) last->arguments += text;
+  else out.tool_calls.push_back({index, "", "", std::string(text)});
+}
+
+// {"name": "f", "arguments": {...}}: the arguments' JSON text as it grows. Returns where the
+// call's body ends, kWaiting, or kNotACall.
+size_t OutputParser::hermes_arguments(OutputDelta& out, bool at_end) {
+  Scanner scan{pending_};
+  for (std::string_view piece : {"{", "\"name\"", ":", "\""}) scan.space(), scan.literal(piece);
+  std::string name = scan.until('"');
+  for (std::string_view piece : {",", "\"arguments\"", ":"}) scan.space(), scan.literal(piece);
+  if (scan.mismatch || name.find('\\') != std::string::npos) return kNotACall;
+  if (scan.incomplete) return kWaiting;
+  if (!call_started_) {
+    if (!tools_->allows(name)) return kNotACall;
+    start_call(out, name);
+  }
+  scan.space();
+  scan.literal("{");
+  if (scan.incomplete) return at_end ? scan.i : kWaiting;
+  if (scan.mismatch) return scan.i;  // not an object after all: the call ends here
+  const size_t begin = scan.i - 1;
+  call_sent_ = std::max(call_sent_, begin);
+  const size_t value_end = json_value_end(pending_, begin);
+  const size_t ready = value_end == std::string::npos ? pending_.size() : value_end;
+  emit_arguments(std::string_view(pending_).substr(call_sent_, ready - call_sent_), out);
+  call_sent_ = ready;
+  if (value_end == std::string::npos) return kWaiting;
+  scan.i = value_end;
+  scan.space();
+  scan.literal("}");
+  return scan.incomplete && !at_end ? kWaiting : scan.i;
+}
+
+// <function=f><parameter=p>value</parameter>...</function>: one fragment per parameter, its
+// value converted by the parameter's type as the whole-call parser does.
+size_t OutputParser::coder_arguments(OutputDelta& out, bool at_end) {
+  Scanner scan{pending_};
+  scan.space();
+  scan.literal("<function=");
+  std::string name = scan.until('>');
+  if (scan.mismatch) return kNotACall;
+  if (scan.incomplete) return kWaiting;
+  if (!call_started_) {
+    if (!tools_->allows(name)) return kNotACall;
+    start_call(out, name);
+  }
+  scan.i = std::max(scan.i, call_sent_);
+  for (;;) {
+    scan.space();
+    std::string_view rest = std::string_view(pending_).substr(scan.i);
+    if (rest.starts_with("</function>")) {
+      emit_arguments(call_parts_ == 0 ? "{}" : "}", out);
+      call_sent_ = scan.i + std::string_view("</function>").size();
+      return call_sent_;
+    }
+    const size_t value_at = rest.find('>'), close = rest.find("</parameter>");
+    if (!rest.starts_with("<parameter=") || value_at == std::string_view::npos || close == std::string_view::npos)
+      return rest.starts_with("<parameter=") || std::string_view("<parameter=").starts_with(rest) ||
+                     std::string_view("</function>").starts_with(rest) || at_end
+                 ? kWaiting : scan.i;
+    std::string key(rest.substr(11, value_at - 11));
+    std::string value(rest.substr(value_at + 1, close - value_at - 1));
+    if (value.starts_with('\n')) value.erase(0, 1);
+    if (value.ends_with('\n')) value.pop_back();
+    nlohmann::ordered_json converted = convert_parameter_value(value, tools_->parameter_type(name, key));
+    emit_arguments((call_parts_++ == 0 ? "{" : ", ") + nlohmann::json(key).dump() + ": " +
+                       converted.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), out);
+    scan.i += close + std::string_view("</parameter>").size();
+    call_sent_ = scan.i;
+  }
 }
 
 void OutputParser::emit(Channel& channel, std::string_view text, std::string& delta,

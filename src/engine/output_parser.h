@@ -65,6 +65,12 @@ class OutputParser {
   OutputParser(OutputParser&&) noexcept;
   OutputParser& operator=(OutputParser&&) noexcept;
 
+  // Calls come as they are generated: the id and name once the call's header is complete, then
+  // its arguments in fragments (Qwen3: as the JSON text grows; Qwen3-Coder: a parameter at a
+  // time). For output that a grammar keeps to valid calls (tool_choice required or named); a
+  // call cut off by the end of generation keeps the fragments already sent.
+  void stream_tool_calls() { stream_calls_ = true; }
+
   // Streaming: what can be emitted now. `text` is the next piece of output (any split).
   OutputDelta push(std::string_view text);
   // End of generation: flushes held-back text; an unfinished tool call becomes content.
@@ -88,6 +94,11 @@ class OutputParser {
   bool step_reasoning(OutputDelta& out);
   bool step_content(OutputDelta& out);
   bool step_tool_call(OutputDelta& out, bool at_end);
+  bool step_streamed_call(OutputDelta& out, bool at_end);
+  size_t hermes_arguments(OutputDelta& out, bool at_end);
+  size_t coder_arguments(OutputDelta& out, bool at_end);
+  void start_call(OutputDelta& out, std::string name);
+  void emit_arguments(std::string_view text, OutputDelta& out);
   void emit(Channel& channel, std::string_view text, std::string& delta, std::string& total);
   void flush(Channel& channel, std::string& delta, std::string& total);
   void emit_content(std::string_view text, OutputDelta& out);
@@ -98,6 +109,10 @@ class OutputParser {
   State state_;
   std::string pending_;         // unprocessed text
   size_t search_from_ = 0;      // in a tool call: where to resume looking for its end tag
+  bool stream_calls_ = false;
+  bool call_started_ = false;   // streamed call: its id and name are out
+  size_t call_sent_ = 0;        // streamed call: bytes of pending_ already handled
+  int call_parts_ = 0;          // streamed Qwen3-Coder call: parameters sent
   std::string space_before_call_;  // restored if the call turns out invalid
   Channel content_, reasoning_;
   ParsedOutput result_;

@@ -2,6 +2,7 @@
 // The engine's vocabulary, shared with the server: what a request asks for, what comes back,
 // why it ended, and why it was refused.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -21,6 +22,8 @@ struct RequestError : Error {
   RequestError(std::string param, const std::string& message) : Error(message), param(std::move(param)) {}
   std::string param;
 };
+
+struct OutputConstraint;  // engine/token_mask.h: a grammar the output must follow
 
 struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy
@@ -43,6 +46,9 @@ struct GenerateRequest {
   bool ignore_eos = false;
   bool skip_special_tokens = true;
   bool use_session_cache = true;
+  // Constrained decoding (response_format, tool_choice); shared by the n choices of a request,
+  // each of which gets its own decoding state at submit.
+  std::shared_ptr<const OutputConstraint> constraint;
 };
 
 struct TokenLogprob {

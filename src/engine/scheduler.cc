@@ -67,6 +67,7 @@ ActiveRequest::ActiveRequest(const Tokenizer& tokenizer, QueuedRequest&& queued,
       max_new(queued.max_new),
       cached(cached_tokens),
       detokenizer(tokenizer, request.skip_special_tokens),
+      constraint(std::move(queued.constraint)),
       submitted(queued.submitted) {
   sequence.reserve(prompt_len + max_new);
   sequence = request.prompt;
@@ -603,7 +604,7 @@ void Scheduler::take_results(std::span<const PassPart> parts) {
                        request.sequence.begin() + begin + part.count);
     slot.kv_high = std::max<int64_t>(slot.kv_high, int64_t(slot.tokens.size()));
     if (!part.logits) continue;
-    std::span<const float> logits(logits_.data() + row * vocab_size_, vocab_size_);
+    std::span<float> logits(logits_.data() + row * vocab_size_, vocab_size_);
     ++row;
     try {
       on_logits(part.slot, logits);
@@ -614,7 +615,7 @@ void Scheduler::take_results(std::span<const PassPart> parts) {
 }
 
 // Samples the slot's next token and streams what it completes.
-void Scheduler::on_logits(int slot, std::span<const float> logits) {
+void Scheduler::on_logits(int slot, std::span<float> logits) {
   ActiveRequest& request = *active_[slot];
   Sampler& sampler = samplers_[slot];
   const auto now = Clock::now();
@@ -627,7 +628,12 @@ void Scheduler::on_logits(int slot, std::span<const float> logits) {
   // The scripted test hook replaces sampling; past its end the request stops as at eos.
   const auto& script = options_.scripted_output;
   if (!script.empty() && request.generated >= int64_t(script.size())) return end_at_stop_token(slot);
+  // A constraint masks the logits in place; when nothing may follow, the output ends.
+  TokenConstraint* constraint = script.empty() ? request.constraint.get() : nullptr;
+  if (constraint && !constraint->mask(logits, request.max_new - request.generated))
+    return constraint->complete() ? end_at_stop_token(slot) : finish(slot, FinishReason::length);
   int32_t token = script.empty() ? sampler.sample(logits) : script[request.generated];
+  if (constraint) constraint->accept(token);
   StreamEvent event;
   if (request.request.sampling.top_logprobs >= 0) {
     event.logprobs.emplace_back();
@@ -645,10 +651,11 @@ void Scheduler::on_logits(int slot, std::span<const float> logits) {
   event.ids.push_back(token);
   event.text = request.stop.push(decode_next(request.detokenizer, tokenizer_, token));
   bool at_limit = request.generated >= request.max_new;
-  if (at_limit && !request.stop.stopped())
+  bool complete = constraint && constraint->finished();  // nothing may follow: no eos needed
+  if ((at_limit || complete) && !request.stop.stopped())
     event.text += request.stop.push(request.detokenizer.flush()) + request.stop.flush();
   request.stream->push(std::move(event));
-  if (request.stop.stopped()) return finish(slot, FinishReason::stop);
+  if (request.stop.stopped() || complete) return finish(slot, FinishReason::stop);
   if (at_limit) return finish(slot, FinishReason::length);
 }
 

@@ -17,6 +17,7 @@
 #include "engine/session_store.h"
 #include "engine/slots.h"
 #include "engine/stop.h"
+#include "engine/token_mask.h"
 #include "model/model.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -29,6 +30,7 @@ struct QueuedRequest {
   std::shared_ptr<RequestStream> stream;
   int64_t max_new = 0;  // max_tokens resolved against the sequence length
   Clock::time_point submitted;
+  std::unique_ptr<TokenConstraint> constraint;  // made at submit when the request has one
 };
 
 // A request that owns a slot.
@@ -39,6 +41,7 @@ struct ActiveRequest {
   int64_t prompt_len = 0, max_new = 0, generated = 0, cached = 0;
   IncrementalDetokenizer detokenizer;
   StopStringMatcher stop;
+  std::unique_ptr<TokenConstraint> constraint;
   Clock::time_point submitted, last_token;
 
   ActiveRequest(const Tokenizer& tokenizer, QueuedRequest&& queued, int64_t cached_tokens);
@@ -84,7 +87,7 @@ class Scheduler {
   void decode_between_parts();
   void take_results(std::span<const PassPart> parts);
   void fail_parts(std::span<const PassPart> parts, const std::string& error);
-  void on_logits(int slot, std::span<const float> logits);
+  void on_logits(int slot, std::span<float> logits);
   void end_at_stop_token(int slot);
   void finish(int slot, FinishReason reason, const std::string& error = {});
   void abort_all();

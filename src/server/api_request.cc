@@ -5,6 +5,8 @@
 #include <limits>
 #include <optional>
 
+#include "engine/json_schema.h"
+
 namespace ellm {
 
 using json = nlohmann::ordered_json;
@@ -177,6 +179,7 @@ SamplingRequest parse_sampling(const json& body, const SamplingParams& defaults)
       r.generate.stop_token_ids.push_back(static_cast<int32_t>(id));
     }
   }
+  if (const json* format = field(body, "response_format")) r.json_grammar = parse_response_format(*format);
   if (auto v = bool_field(body, "ignore_eos")) r.generate.ignore_eos = *v;
   if (auto v = bool_field(body, "skip_special_tokens")) r.generate.skip_special_tokens = *v;
   // ellm extension: false makes the request prefill from scratch (benchmarks, cold-run checks).
@@ -185,6 +188,28 @@ SamplingRequest parse_sampling(const json& body, const SamplingParams& defaults)
 }
 
 }  // namespace
+
+std::shared_ptr<const Grammar> parse_response_format(const json& format) {
+  const char* param = "response_format";
+  if (!format.is_object() || !format.contains("type") || !format["type"].is_string())
+    throw_bad_request("'response_format' must be an object with a string 'type'", param);
+  const std::string type = format["type"];
+  if (type == "text") return nullptr;
+  if (type == "json_object") return json_object_grammar();
+  if (type != "json_schema")
+    throw_bad_request("'response_format.type' must be text, json_object or json_schema", param);
+  const json* spec = field(format, "json_schema");
+  if (!spec || !spec->is_object()) throw_bad_request("'response_format.json_schema' must be an object", param);
+  if (const json* strict = field(*spec, "strict"); strict && !strict->is_boolean())
+    throw_bad_request("'response_format.json_schema.strict' must be a boolean", param);
+  const json* schema = field(*spec, "schema");
+  if (!schema) throw_bad_request("'response_format.json_schema.schema' is required", param);
+  try {
+    return compile_json_schema(nlohmann::json(*schema));
+  } catch (const SchemaError& e) {
+    throw_bad_request(std::string("response_format.json_schema: ") + e.what() + " (keyword '" + e.keyword + "')", param);
+  }
+}
 
 ChatRequest parse_chat_request(const json& body, const SamplingParams& defaults) {
   ChatRequest r;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine/json_schema.h"
 
 namespace ellm {
 
@@ -37,6 +38,7 @@ struct SamplingRequest {
   bool logprobs = false;
   int n = 1;                   // choices from one prompt (each its own sampling stream)
   GenerateRequest generate;    // everything but the prompt; max_tokens -1 when not given
+  std::shared_ptr<const Grammar> json_grammar;  // response_format json_object / json_schema
 };
 
 constexpr int kMaxChoices = 16;
@@ -55,6 +57,10 @@ struct TextRequest : SamplingRequest {
   bool prompt_is_ids = false;
   bool echo = false;
 };
+
+// response_format -> its grammar (null for "text"); an invalid or unsupported schema is a 400
+// naming the keyword.
+std::shared_ptr<const Grammar> parse_response_format(const nlohmann::ordered_json& format);
 
 // `defaults` come from generation_config.json; the request overrides field by field.
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const SamplingParams& defaults);

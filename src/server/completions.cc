@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "base/error.h"
+#include "engine/token_mask.h"
 #include "server/api_response.h"
 #include "server/server_impl.h"
 #include "text/chat_template.h"
@@ -40,6 +41,44 @@ std::vector<std::shared_ptr<RequestStream>> Server::Impl::submit_choices(const G
 }
 
 namespace {
+
+constexpr int kMaxParallelCalls = 8;  // tool_choice "required" with parallel_tool_calls
+
+// response_format and tool_choice -> what the output must follow; null when it is free.
+// A forced tool call wins over response_format. Thinking stays free: the grammar starts after
+// </think> when the template lets the model think.
+std::shared_ptr<const OutputConstraint> chat_constraint(const ChatRequest& r, ToolCallFormat format,
+                                                        bool parse_reasoning, const std::string& prompt) {
+  auto constraint = std::make_shared<OutputConstraint>();
+  if (r.tool_choice != "auto" && r.tool_choice != "none") {
+    if (r.tools.empty()) throw_bad_request("'tool_choice' " + r.tool_choice + " needs 'tools'", "tool_choice");
+    if (format == ToolCallFormat::none)
+      throw_bad_request("the chat template has no tool-call format, so a tool call cannot be forced", "tool_choice");
+    const bool named = r.tool_choice != "required";
+    const auto style = format == ToolCallFormat::qwen3_coder_xml ? ToolCallStyle::qwen3_coder : ToolCallStyle::hermes;
+    try {
+      constraint->grammar = compile_tool_calls(nlohmann::json(r.tools), style, named ? r.tool_choice : "",
+                                               named || !r.parallel_tool_calls ? 1 : kMaxParallelCalls);
+    } catch (const SchemaError& e) {
+      throw_bad_request(std::string("tools: ") + e.what() + " (keyword '" + e.keyword + "')",
+                        e.keyword == "tool_choice" ? "tool_choice" : "tools");
+    }
+  } else {
+    constraint->grammar = r.json_grammar;
+  }
+  if (r.tool_choice == "none" && format != ToolCallFormat::none) constraint->banned_tokens.push_back("<tool_call>");
+  if (!constraint->grammar && constraint->banned_tokens.empty()) return nullptr;
+  constraint->in_thinking = parse_reasoning && prompt_opens_reasoning(prompt);
+  constraint->may_think = parse_reasoning && !constraint->in_thinking && !prompt.ends_with("</think>\n\n");
+  return constraint;
+}
+
+std::shared_ptr<const OutputConstraint> text_constraint(const TextRequest& r) {
+  if (!r.json_grammar) return nullptr;
+  auto constraint = std::make_shared<OutputConstraint>();
+  constraint->grammar = r.json_grammar;
+  return constraint;
+}
 
 // Tokens of logprobs rendered per SSE chunk at most. The engine merges what a slow reader has not
 // taken yet into one compact event (engine.h); rendering thousands of logprobs as JSON at once
@@ -238,13 +277,15 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   ChatRequest request = parse_chat_request(parse_body(req.body), engine.default_sampling());
   check_model_name(request.model);
 
-  // As vLLM: the template always sees the tools; tool_choice "none" only turns off parsing.
-  // "required" and a named function are passed on but not enforced (no constrained decoding).
+  // As vLLM: the template always sees the tools. tool_choice "none" turns off parsing and bans
+  // the tool-call token; "required" and a named function are enforced by the grammar.
   const bool parse_tools = !request.tools.empty() && request.tool_choice != "none";
   nlohmann::ordered_json tools = request.tools.empty() ? nlohmann::ordered_json(nullptr) : request.tools;
   std::string prompt = chat_template.render(normalize_chat_messages(request.messages), tools,
                                             /*add_generation_prompt=*/true, request.template_kwargs);
   request.generate.prompt = engine.encode(prompt);
+  request.generate.constraint = chat_constraint(request, options.tool_call_format, options.parse_reasoning, prompt);
+  const bool forced_calls = request.tool_choice != "auto" && request.tool_choice != "none";
 
   ResponseMeta meta{random_id("chatcmpl-"), options.model_name, unix_time(), request.include_usage, request.logprobs, request.stream};
   meta.continuous_usage = request.stream && request.continuous_usage;
@@ -253,6 +294,7 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   for (int i = 0; i < request.n; ++i) {
     auto parser = std::make_unique<OutputParser>(parse_tools ? options.tool_call_format : ToolCallFormat::none,
                                                  options.parse_reasoning, prompt_opens_reasoning(prompt), json(tools));
+    if (forced_calls) parser->stream_tool_calls();  // the grammar keeps them valid
     outputs.push_back(std::make_shared<ChatOutput>(meta, std::move(parser), [this](int32_t id) { return engine.token_text(id); }));
   }
   respond(submit_choices(request.generate, request.n), std::move(outputs), request.stream, request.include_usage, res);
@@ -262,6 +304,7 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   TextRequest request = parse_completion_request(parse_body(req.body), engine.default_sampling());
   check_model_name(request.model);
   request.generate.prompt = request.prompt_is_ids ? request.prompt_ids : engine.encode(request.prompt_text);
+  request.generate.constraint = text_constraint(request);
   std::string echo;
   if (request.echo)
     echo = request.prompt_is_ids ? engine.decode(request.prompt_ids, false) : request.prompt_text;

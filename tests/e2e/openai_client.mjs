@@ -1,6 +1,8 @@
 // Drives ellm serve with the official `openai` npm client. Usage:
 //   node openai_client.mjs BASE_URL basic   list models, chat, streaming chat, completions
 //   node openai_client.mjs BASE_URL tools   tool call round trip (the server scripts the output)
+//   node openai_client.mjs BASE_URL structured   response_format json_schema and tool_choice
+//                                                "required" enforced on a random-weight model
 // Prints "ok" and exits 0 when every check passes; otherwise prints the failure and exits 1.
 import OpenAI from "openai";
 
@@ -105,8 +107,54 @@ async function tools_round_trip() {
   check(answer.usage.prompt_tokens > reply.usage.prompt_tokens, "the tool round trip is in the prompt");
 }
 
+// Constrained decoding through the client: a json_schema reply parses and fits the schema, and a
+// forced tool call comes back as a call (streamed too) whose arguments fit the tool's parameters.
+async function structured() {
+  const model = (await client.models.list()).data[0].id;
+  const messages = [{ role: "user", content: "What is the weather in Paris?" }];
+  const schema = {
+    type: "object",
+    properties: { city: { type: "string", maxLength: 12 }, unit: { enum: ["C", "F"] }, days: { type: "integer" } },
+    required: ["city", "unit", "days"], additionalProperties: false,
+  };
+  const sampling = { temperature: 1, top_p: 1, seed: 5, max_tokens: 60 };
+  const reply = await client.chat.completions.create({
+    model, messages, ...sampling,
+    response_format: { type: "json_schema", json_schema: { name: "weather", schema, strict: true } },
+  });
+  const value = JSON.parse(reply.choices[0].message.content);
+  check(reply.choices[0].finish_reason === "stop", `json_schema finish_reason ${reply.choices[0].finish_reason}`);
+  check(typeof value.city === "string" && value.city.length <= 12 && ["C", "F"].includes(value.unit) &&
+        Number.isInteger(value.days) && Object.keys(value).length === 3, `json_schema reply ${JSON.stringify(value)}`);
+
+  const forced = await client.chat.completions.create({ model, messages, tools, tool_choice: "required", ...sampling, max_tokens: 100 });
+  const calls = forced.choices[0].message.tool_calls ?? [];
+  check(forced.choices[0].finish_reason === "tool_calls" && calls.length >= 1, `required: ${JSON.stringify(forced.choices[0])}`);
+  for (const call of calls) {
+    check(call.function.name === "get_weather" && typeof JSON.parse(call.function.arguments).city === "string",
+          `required call ${JSON.stringify(call)}`);
+  }
+  const stream = await client.chat.completions.create({
+    model, messages, tools, tool_choice: "required", parallel_tool_calls: false, ...sampling, max_tokens: 100, stream: true,
+  });
+  let name = "", args = "", finish = null, pieces = 0;
+  for await (const chunk of stream) {
+    for (const choice of chunk.choices) {
+      for (const tc of choice.delta.tool_calls ?? []) {
+        check(tc.index === 0, "one call with parallel_tool_calls false");
+        name += tc.function?.name ?? "";
+        if (tc.function?.arguments) args += tc.function.arguments, pieces++;
+      }
+      if (choice.finish_reason) finish = choice.finish_reason;
+    }
+  }
+  check(name === "get_weather" && typeof JSON.parse(args).city === "string" && pieces > 1, `streamed call ${name} ${args}`);
+  check(finish === "tool_calls", `streamed finish ${finish}`);
+}
+
 try {
   if (mode === "basic") await basic();
+  else if (mode === "structured") await structured();
   else if (mode === "tools") await tools_round_trip();
   else check(false, "unknown mode " + mode);
   console.log("ok");

@@ -1,6 +1,7 @@
 """The official `openai` npm client against the real server (tests/e2e/openai_client.mjs): the
 basic routes, then a tool-call round trip with a scripted model output, so the real parsing path
-runs deterministically on a random-weight model."""
+runs deterministically on a random-weight model; then response_format and tool_choice "required",
+enforced by constrained decoding on that random model."""
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ def main():
     check(os.path.isdir(os.path.join(HERE, "node_modules", "openai")), "run `npm install` in tests/e2e first")
     with Server(TINY) as s:
         node(s.base, "basic")
+        node(s.base, "structured")
         status, ids = s.post("/tokenize", {"prompt": TOOL_CALL})
         check(status == 200, "tokenize")
         status, end = s.post("/tokenize", {"prompt": "<|im_end|>"})

@@ -382,3 +382,76 @@ TEST(OutputParser, PromptOpensReasoning) {
 
 }  // namespace
 }  // namespace ellm
+
+namespace ellm {
+namespace {
+
+// stream_tool_calls: pushed a byte at a time, the call's header comes first and alone, then
+// the arguments in several fragments that add up to valid JSON equal to the whole-call parse.
+void check_streamed_call(ToolCallFormat format, const std::string& text, const std::string& name,
+                         const nlohmann::json& arguments) {
+  OutputParser parser(format, true, false, kWeatherTools);
+  parser.stream_tool_calls();
+  std::vector<ToolCallDelta> deltas;
+  auto take = [&](OutputDelta d) {
+    EXPECT_TRUE(d.content.empty()) << d.content;
+    for (auto& t : d.tool_calls) deltas.push_back(t);
+  };
+  for (char c : text) take(parser.push(std::string(1, c)));
+  take(parser.finish());
+  ASSERT_GE(deltas.size(), 3u) << text;
+  EXPECT_FALSE(deltas[0].id.empty());
+  EXPECT_EQ(deltas[0].name, name);
+  EXPECT_EQ(deltas[0].arguments, "");
+  std::string joined;
+  for (size_t i = 1; i < deltas.size(); ++i) {
+    EXPECT_TRUE(deltas[i].id.empty() && deltas[i].name.empty());
+    EXPECT_EQ(deltas[i].index, 0);
+    joined += deltas[i].arguments;
+  }
+  EXPECT_EQ(nlohmann::json::parse(joined), arguments);
+  ASSERT_EQ(parser.result().tool_calls.size(), 1u);
+  EXPECT_EQ(parser.result().tool_calls[0].arguments, joined);
+  EXPECT_EQ(parser.result().content, "");
+}
+
+TEST(StreamedToolCalls, HermesArgumentsGrowWithTheText) {
+  check_streamed_call(ToolCallFormat::hermes_json,
+                      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa}ris\\\"\", \"days\": 3}}\n</tool_call>",
+                      "get_weather", {{"city", "Pa}ris\""}, {"days", 3}});
+}
+
+TEST(StreamedToolCalls, CoderSendsAParameterAtATime) {
+  check_streamed_call(ToolCallFormat::qwen3_coder_xml,
+                      "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n"
+                      "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+                      "get_weather", {{"city", "New York"}, {"days", 3}});
+}
+
+TEST(StreamedToolCalls, SeveralCallsPushedAtOnce) {
+  OutputParser parser(ToolCallFormat::hermes_json, true, false, kWeatherTools);
+  parser.stream_tool_calls();
+  OutputDelta d = parser.push(
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"A\"}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>");
+  parser.finish();
+  ASSERT_EQ(parser.result().tool_calls.size(), 2u);
+  EXPECT_EQ(parser.result().tool_calls[0].arguments, "{\"city\": \"A\"}");
+  EXPECT_EQ(parser.result().tool_calls[1].arguments, "{}");
+  ASSERT_EQ(d.tool_calls.size(), 4u);  // each header alone, then its arguments
+  EXPECT_TRUE(d.tool_calls[0].arguments.empty() && d.tool_calls[1].id.empty());
+  EXPECT_EQ(parser.result().content, "");
+}
+
+TEST(StreamedToolCalls, TextThatIsNoCallStaysText) {
+  OutputParser parser(ToolCallFormat::hermes_json, true, false, kWeatherTools);
+  parser.stream_tool_calls();
+  std::string text = "<tool_call>\nnot json\n</tool_call>";
+  for (char c : text) parser.push(std::string(1, c));
+  parser.finish();
+  EXPECT_TRUE(parser.result().tool_calls.empty());
+  EXPECT_EQ(parser.result().content, text);
+}
+
+}  // namespace
+}  // namespace ellm

@@ -187,3 +187,43 @@ TEST(CompletionRequest, PromptForms) {
 
 }  // namespace
 }  // namespace ellm
+
+namespace ellm {
+namespace {
+
+TEST(ResponseFormat, CompiledOnceForChatAndCompletions) {
+  json body = chat_body();
+  EXPECT_EQ(parse_chat_request(body, defaults()).json_grammar, nullptr);
+  body["response_format"] = {{"type", "text"}};
+  EXPECT_EQ(parse_chat_request(body, defaults()).json_grammar, nullptr);
+  body["response_format"] = {{"type", "json_object"}};
+  EXPECT_NE(parse_chat_request(body, defaults()).json_grammar, nullptr);
+  json text = {{"prompt", "x"}, {"response_format", {{"type", "json_schema"}, {"json_schema",
+      {{"name", "n"}, {"strict", false}, {"schema", {{"type", "object"}, {"properties", {{"a", {{"type", "string"}}}}}}}}}}}};
+  EXPECT_NE(parse_completion_request(text, defaults()).json_grammar, nullptr);
+}
+
+TEST(ResponseFormat, BadFormatsAndSchemasAre400sNamingTheKeyword) {
+  auto with = [](json format) {
+    json body = chat_body();
+    body["response_format"] = std::move(format);
+    return body;
+  };
+  expect_chat_error(with("json"), 400, "response_format");
+  expect_chat_error(with({{"type", "yaml"}}), 400, "response_format");
+  expect_chat_error(with({{"type", "json_schema"}}), 400, "response_format");
+  expect_chat_error(with({{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}), 400, "response_format");
+  expect_chat_error(with({{"type", "json_schema"}, {"json_schema", {{"schema", json::object()}, {"strict", "yes"}}}}),
+                    400, "response_format");
+  try {
+    parse_chat_request(with({{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "number"}, {"multipleOf", 2}}}}}}),
+                       defaults());
+    FAIL() << "multipleOf accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("'multipleOf'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ellm

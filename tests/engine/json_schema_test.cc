@@ -1,0 +1,291 @@
+// The schema compiler, the byte matcher and the token mask (engine/json_schema.h,
+// grammar_matcher.h, token_mask.h) over the real Qwen3 vocabulary.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "engine/grammar_matcher.h"
+#include "engine/json_schema.h"
+#include "engine/token_mask.h"
+#include "engine_test_util.h"
+
+namespace ellm {
+namespace {
+
+using nlohmann::json;
+
+bool accepts(const std::shared_ptr<const Grammar>& g, const std::string& text) {
+  GrammarMatcher m(g.get());
+  return m.feed(text.data(), text.size()) && m.feed(kEndOfOutput);
+}
+
+std::shared_ptr<const Grammar> schema(const char* text) { return compile_json_schema(json::parse(text)); }
+
+const std::shared_ptr<const VocabIndex>& vocab() {
+  static auto v = std::make_shared<const VocabIndex>(*test_tokenizer());
+  return v;
+}
+
+TEST(JsonSchema, ObjectsWithRequiredAndOptionalProperties) {
+  auto g = schema(R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},
+                      "required":["name"]})");
+  EXPECT_TRUE(accepts(g, R"({"name":"Ann"})"));
+  EXPECT_TRUE(accepts(g, R"({"name": "Ann", "age": 42})"));
+  EXPECT_TRUE(accepts(g, R"({"age":-7,"name":"\u00e9\n"})"));
+  EXPECT_FALSE(accepts(g, R"({"age":42})"));               // required missing
+  EXPECT_FALSE(accepts(g, R"({"name":"a","name":"b"})"));  // duplicate
+  EXPECT_FALSE(accepts(g, R"({"name":"a","x":1})"));       // no additional properties
+  EXPECT_FALSE(accepts(g, R"({"name":"a","age":4.5})"));   // integer
+  EXPECT_FALSE(accepts(g, R"({"name":"a"} )"));            // nothing after the value
+  EXPECT_FALSE(accepts(g, R"({ "name":"a"})"));            // whitespace only after ':' and ','
+  EXPECT_FALSE(accepts(g, R"({"name":"a")"));              // unfinished
+}
+
+TEST(JsonSchema, TypesEnumsConstArraysAndNumbers) {
+  auto g = schema(R"({"type":["string","null","number"]})");
+  EXPECT_TRUE(accepts(g, "null"));
+  EXPECT_TRUE(accepts(g, "\"x\""));
+  EXPECT_TRUE(accepts(g, "-0.25"));
+  EXPECT_TRUE(accepts(g, "12"));
+  EXPECT_FALSE(accepts(g, "true"));
+  EXPECT_FALSE(accepts(g, "012"));
+  EXPECT_FALSE(accepts(g, "1."));
+  auto e = schema(R"({"enum":["red","green",1,12,null,{"a":[1]}]})");
+  for (const char* ok : {"\"red\"", "\"green\"", "1", "12", "null", "{\"a\":[1]}"}) EXPECT_TRUE(accepts(e, ok)) << ok;
+  for (const char* bad : {"\"re\"", "\"blue\"", "2", "123", "{\"a\":[2]}"}) EXPECT_FALSE(accepts(e, bad)) << bad;
+  EXPECT_TRUE(accepts(schema(R"({"const":"only"})"), "\"only\""));
+  auto a = schema(R"({"type":"array","items":{"type":"boolean"},"minItems":1,"maxItems":3})");
+  EXPECT_TRUE(accepts(a, "[true]"));
+  EXPECT_TRUE(accepts(a, "[true, false,true]"));
+  EXPECT_FALSE(accepts(a, "[]"));
+  EXPECT_FALSE(accepts(a, "[true,true,true,true]"));
+  EXPECT_FALSE(accepts(a, "[1]"));
+}
+
+TEST(JsonSchema, StringLengthsAndPatterns) {
+  auto g = schema(R"({"type":"string","minLength":2,"maxLength":3})");
+  EXPECT_FALSE(accepts(g, "\"a\""));
+  EXPECT_TRUE(accepts(g, "\"ab\""));
+  EXPECT_TRUE(accepts(g, "\"\xc3\xa9\xc3\xa9\xc3\xa9\""));  // three characters, six bytes
+  EXPECT_FALSE(accepts(g, "\"abcd\""));
+  EXPECT_FALSE(accepts(g, "\"a\xc3\""));                     // broken UTF-8
+  auto p = schema(R"({"type":"string","pattern":"^[A-Z]{2}-\\d{3}(x|yz)?$"})");
+  EXPECT_TRUE(accepts(p, "\"AB-123\""));
+  EXPECT_TRUE(accepts(p, "\"AB-123yz\""));
+  EXPECT_FALSE(accepts(p, "\"AB-123y\""));
+  EXPECT_FALSE(accepts(p, "\"A-123\""));
+  EXPECT_FALSE(accepts(p, "\"ab-123\""));
+}
+
+TEST(JsonSchema, AnyOfRefsAndRecursion) {
+  auto g = schema(R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},
+                        "next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"]}},
+                      "$ref":"#/$defs/node"})");
+  EXPECT_TRUE(accepts(g, R"({"v":1,"next":null})"));
+  EXPECT_TRUE(accepts(g, R"({"v":1,"next":{"v":2,"next":null}})"));
+  EXPECT_FALSE(accepts(g, R"({"v":1,"next":{"v":2}})"));
+  auto o = schema(R"({"anyOf":[{"type":"object","properties":{"a":{"type":"string"}},"required":["a"]},
+                               {"type":"object","properties":{"b":{"type":"integer"}},"required":["b"]}]})");
+  EXPECT_TRUE(accepts(o, R"({"a":"x"})"));
+  EXPECT_TRUE(accepts(o, R"({"b":3})"));
+  EXPECT_FALSE(accepts(o, R"({"a":3})"));
+  EXPECT_FALSE(accepts(o, R"({})"));
+}
+
+TEST(JsonSchema, ErrorsNameTheKeyword) {
+  auto keyword_of = [](const char* text) {
+    try {
+      compile_json_schema(json::parse(text));
+    } catch (const SchemaError& e) {
+      return e.keyword;
+    }
+    return std::string("none");
+  };
+  EXPECT_EQ(keyword_of(R"({"type":"integer","minimum":3})"), "minimum");
+  EXPECT_EQ(keyword_of(R"({"type":"strin"})"), "type");
+  EXPECT_EQ(keyword_of(R"({"$ref":"#/components/x"})"), "$ref");
+  EXPECT_EQ(keyword_of(R"({"type":"string","pattern":"(a"})"), "pattern");
+  EXPECT_EQ(keyword_of(R"j({"type":"string","pattern":"a(?=b)"})j"), "pattern");
+  EXPECT_EQ(keyword_of(R"({"type":"array","prefixItems":[]})"), "prefixItems");
+  EXPECT_EQ(keyword_of(R"({"type":"object","properties":{"a":{}},"required":["b"]})"), "required");
+  EXPECT_EQ(keyword_of(R"({"type":"string","minLength":3,"maxLength":2})"), "maxLength");
+  EXPECT_EQ(keyword_of(R"({"$defs":{"a":{"type":"object","properties":{"x":{"$ref":"#/$defs/a"}},"required":["x"]}},
+                           "$ref":"#/$defs/a"})"), "$ref");  // no finite instance
+  EXPECT_EQ(keyword_of(R"({"type":"object","title":"t","description":"d","properties":{}})"), "none");
+}
+
+TEST(JsonSchema, ToolCallsInBothFormats) {
+  json tools = json::parse(R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+      "properties":{"city":{"type":"string"},"days":{"type":"integer"}},"required":["city"]}}},
+      {"type":"function","function":{"name":"now"}}])");
+  auto hermes = compile_tool_calls(tools, ToolCallStyle::hermes, "", 2);
+  EXPECT_TRUE(accepts(hermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
+  EXPECT_TRUE(accepts(hermes, "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>\n"
+                              "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(hermes, "<tool_call>\n{\"arguments\":{},\"name\":\"now\"}\n</tool_call>"));  // name first
+  EXPECT_FALSE(accepts(hermes, "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(hermes, ""));
+  auto one = compile_tool_calls(tools, ToolCallStyle::hermes, "now", 1);
+  EXPECT_FALSE(accepts(one, "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>\n"
+                            "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(one, "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"x\"}}\n</tool_call>"));
+  auto coder = compile_tool_calls(tools, ToolCallStyle::qwen3_coder, "", 1);
+  EXPECT_TRUE(accepts(coder, "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n"
+                             "<parameter=city>\nNew York\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_TRUE(accepts(coder, "<tool_call>\n<function=now>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(accepts(coder, "<tool_call>\n<function=get_weather>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(accepts(coder, "<tool_call>\n<function=get_weather>\n<parameter=city>\na<b\n</parameter>\n</function>\n</tool_call>"));
+}
+
+// Draws tokens at random among the allowed ones until the output may end (or the budget is
+// spent), checking on the way that the fast path and the full trie walk agree.
+std::string random_output(const std::shared_ptr<const Grammar>& g, uint64_t seed, int64_t budget, bool compare) {
+  OutputConstraint spec;
+  spec.grammar = g;
+  const int32_t eos = vocab()->find("<|im_end|>");
+  TokenConstraint fast(spec, vocab(), {eos}), slow(spec, vocab(), {eos});
+  slow.use_fast_path = false;
+  std::vector<float> logits(size_t(vocab()->vocab_size()));
+  std::mt19937_64 rng(seed);
+  std::string out;
+  for (int64_t remaining = budget; remaining > 0; --remaining) {
+    std::fill(logits.begin(), logits.end(), 0.0f);
+    EXPECT_TRUE(fast.mask(logits, remaining)) << out;
+    std::vector<int32_t> allowed;
+    for (int32_t id = 0; id < int32_t(logits.size()); ++id)
+      if (std::isfinite(logits[size_t(id)])) allowed.push_back(id);
+    if (compare && remaining % 4 == 0) {  // the full walk is slow: every fourth step
+      std::vector<float> check(logits.size(), 0.0f);
+      slow.mask(check, remaining);
+      for (int32_t id = 0; id < int32_t(check.size()); ++id)
+        if (std::isfinite(check[size_t(id)]) != std::isfinite(logits[size_t(id)])) {
+          ADD_FAILURE() << "token " << id << " '" << vocab()->bytes(id) << "' after '" << out << "'";
+          return out;
+        }
+    }
+    if (allowed.empty()) return out;
+    // Prefer ending a little, so outputs are not always budget-bound.
+    int32_t token = allowed[rng() % allowed.size()];
+    if (fast.complete() && rng() % 4 == 0) token = eos;
+    if (token == eos) return out;
+    fast.accept(token);
+    slow.accept(token);
+    out += vocab()->bytes(token);
+  }
+  return out;
+}
+
+TEST(TokenMask, RandomOutputsAreValidAndFitTheBudget) {
+  struct Case { const char* schema; int64_t budget; };
+  const Case cases[] = {
+      {R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},"n":{"type":"integer"},
+          "tags":{"type":"array","items":{"enum":["a","b","c"]},"maxItems":3}},"required":["name","n","tags"]})", 60},
+      {R"({"type":"object","properties":{"s":{"type":"string","minLength":5}},"required":["s"]})", 30},
+      {R"({"type":"object"})", 40},
+      {R"({"type":"object","properties":{"name":{"type":"string"},"n":{"type":"integer"}},"required":["n"],
+          "additionalProperties":{"type":"boolean"}})", 40},
+      {R"({"anyOf":[{"type":"integer"},{"type":"string","pattern":"[a-c]{2,4}"}]})", 12},
+  };
+  for (const Case& c : cases) {
+    auto g = schema(c.schema);
+    for (uint64_t seed = 0; seed < 4; ++seed) {
+      std::string out = random_output(g, seed, c.budget, seed < 2);
+      EXPECT_TRUE(accepts(g, out)) << c.schema << "\n" << out;
+      EXPECT_NO_THROW((void)json::parse(out)) << out;
+    }
+  }
+  auto coder = compile_tool_calls(json::parse(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
+      "properties":{"q":{"type":"string"},"k":{"type":"integer"}},"required":["q","k"]}}}])"), ToolCallStyle::qwen3_coder, "", 2);
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    std::string out = random_output(coder, seed, 160, seed == 0);
+    EXPECT_TRUE(accepts(coder, out)) << out;
+  }
+}
+
+TEST(TokenMask, KeysListedOrAdditionalMaskAsTheFullWalk) {
+  OutputConstraint spec;
+  spec.grammar = schema(R"({"type":"object","properties":{"name":{"type":"string"},"nam":{"type":"integer"}},
+                            "additionalProperties":{"type":"boolean"}})");
+  for (const char* prefix : {"{\"", "{\"na", "{\"nam", "{\"x\":true,\"name"}) {
+    TokenConstraint fast(spec, vocab(), {}), slow(spec, vocab(), {});
+    slow.use_fast_path = false;
+    for (const char* p = prefix; *p; ++p) fast.accept(vocab()->find(std::string(1, *p))), slow.accept(vocab()->find(std::string(1, *p)));
+    std::vector<float> a(size_t(vocab()->vocab_size()), 0.0f), b = a;
+    fast.mask(a, 30);
+    slow.mask(b, 30);
+    int allowed = 0;
+    for (size_t id = 0; id < a.size(); ++id) {
+      ASSERT_EQ(std::isfinite(a[id]), std::isfinite(b[id])) << prefix << " token '" << vocab()->bytes(int32_t(id)) << "'";
+      allowed += std::isfinite(a[id]);
+    }
+    EXPECT_GT(allowed, 1000) << prefix;  // additional names are free text
+  }
+}
+
+TEST(TokenMask, TightBudgetAllowsOnlyWhatStillCloses) {
+  auto g = schema(R"({"type":"object","properties":{"a":{"type":"string"}},"required":["a"]})");
+  OutputConstraint spec;
+  spec.grammar = g;
+  TokenConstraint c(spec, vocab(), {vocab()->find("<|im_end|>")});
+  EXPECT_EQ(c.min_bytes(), 8);  // {"a":""}
+  std::vector<float> logits(size_t(vocab()->vocab_size()), 0.0f);
+  EXPECT_TRUE(c.mask(logits, 8));
+  EXPECT_TRUE(c.allowed(vocab()->find("{\"")));
+  EXPECT_FALSE(c.allowed(vocab()->find(" ")));
+  for (const char* piece : {"{\"", "a", "\":", "\""}) c.accept(vocab()->find(piece));
+  EXPECT_TRUE(c.mask(logits, 2));  // '"' and '}' still fit, nothing else
+  EXPECT_TRUE(c.allowed(vocab()->find("\"")));
+  EXPECT_TRUE(c.allowed(vocab()->find("\"}")));
+  EXPECT_FALSE(c.allowed(vocab()->find("x")));
+  EXPECT_TRUE(c.mask(logits, 3));
+  EXPECT_TRUE(c.allowed(vocab()->find("x")));
+  EXPECT_TRUE(c.mask(logits, 1));  // out of reach anyway: the grammar alone, best effort
+  EXPECT_TRUE(c.allowed(vocab()->find("x")));
+}
+
+TEST(TokenMask, ThinkingIsFreeUntilItsEnd) {
+  OutputConstraint spec;
+  spec.grammar = json_object_grammar();
+  spec.in_thinking = true;
+  const int32_t eos = vocab()->find("<|im_end|>"), close = vocab()->find("</think>");
+  TokenConstraint c(spec, vocab(), {eos});
+  std::vector<float> logits(size_t(vocab()->vocab_size()), 0.0f);
+  c.mask(logits, 100);
+  EXPECT_TRUE(c.allowed(vocab()->find("hello")));
+  EXPECT_FALSE(std::isfinite(logits[size_t(eos)]));
+  std::fill(logits.begin(), logits.end(), 0.0f);
+  c.mask(logits, 3);  // </think> and "{}" only just fit
+  EXPECT_TRUE(c.allowed(close));
+  EXPECT_FALSE(c.allowed(vocab()->find("hello")));
+  c.accept(close);
+  c.mask(logits, 2);
+  EXPECT_TRUE(c.allowed(vocab()->find("{")));
+  EXPECT_FALSE(c.allowed(vocab()->find("hello")));
+}
+
+TEST(TokenMask, AThinkingModelMayOpenReasoningFirst) {
+  OutputConstraint spec;
+  spec.grammar = json_object_grammar();
+  spec.may_think = true;
+  const int32_t open = vocab()->find("<think>"), close = vocab()->find("</think>");
+  std::vector<float> logits(size_t(vocab()->vocab_size()), 0.0f);
+  TokenConstraint direct(spec, vocab(), {}), thinking(spec, vocab(), {});
+  direct.mask(logits, 50);
+  EXPECT_TRUE(direct.allowed(open));
+  EXPECT_TRUE(direct.allowed(vocab()->find("{\"")));
+  EXPECT_FALSE(direct.allowed(vocab()->find("hello")));
+  direct.accept(vocab()->find("{"));  // no reasoning: constrained from here on
+  direct.mask(logits, 49);
+  EXPECT_FALSE(direct.allowed(open));
+  thinking.accept(open);
+  thinking.mask(logits, 49);
+  EXPECT_TRUE(thinking.allowed(vocab()->find("hello")));
+  thinking.accept(close);
+  thinking.mask(logits, 48);
+  EXPECT_FALSE(thinking.allowed(vocab()->find("hello")));
+  EXPECT_TRUE(thinking.allowed(vocab()->find("{")));
+}
+
+}  // namespace
+}  // namespace ellm
