@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <iterator>
+#include <mutex>
 
 #include "base/error.h"
 #include "engine/scheduler.h"
@@ -44,12 +45,19 @@ struct Engine::Impl {
   std::unique_ptr<Model> model;
   std::shared_ptr<const Tokenizer> tokenizer;
   EngineOptions options;
-  std::shared_ptr<const VocabIndex> vocab_index;  // for constrained decoding, built once
+  // For constrained decoding: built by the first request that needs it (about 0.2 s), not by
+  // every engine (tests make hundreds; sanitizers make it seconds).
+  std::once_flag vocab_once;
+  std::shared_ptr<const VocabIndex> vocab;
   Scheduler scheduler;
+
+  const std::shared_ptr<const VocabIndex>& vocab_index() {
+    std::call_once(vocab_once, [&] { vocab = std::make_shared<const VocabIndex>(*tokenizer); });
+    return vocab;
+  }
 
   Impl(std::unique_ptr<Model> m, std::shared_ptr<const Tokenizer> t, EngineOptions o)
       : model(std::move(m)), tokenizer(std::move(t)), options(std::move(o)),
-        vocab_index(std::make_shared<const VocabIndex>(*tokenizer)),
         scheduler(*model, *tokenizer, options) {}
 };
 
@@ -117,7 +125,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
       end_tokens.insert(end_tokens.end(), impl_->options.eos_token_ids.begin(), impl_->options.eos_token_ids.end());
     for (int32_t id : end_tokens)
       if (id < 0 || id >= impl_->tokenizer->vocab_size()) throw RequestError("stop_token_ids", "a stop token id is outside the vocabulary");
-    queued.constraint = std::make_unique<TokenConstraint>(*request.constraint, impl_->vocab_index, std::move(end_tokens));
+    queued.constraint = std::make_unique<TokenConstraint>(*request.constraint, impl_->vocab_index(), std::move(end_tokens));
   }
   queued.request = std::move(request);
   queued.stream = std::make_shared<RequestStream>();
