@@ -97,21 +97,8 @@ PackedWeights make_fp8_weights(int64_t n, int64_t k, Isa isa) {
   const int64_t blocks = (n + kFp8Cols - 1) / kFp8Cols;
   w.codes = make_buffer<uint8_t>(size_t(blocks * k * kFp8Cols));
   w.scales = make_buffer<float>(size_t(blocks * w.k_blocks));
-  w.exponent0_blocks = make_buffer<uint8_t>(size_t(blocks * w.k_blocks));
-  w.bytes = size_t(blocks * k * kFp8Cols) + size_t(blocks * w.k_blocks) * (sizeof(float) + 1);
+  w.bytes = size_t(blocks * k * kFp8Cols) + size_t(blocks * w.k_blocks) * sizeof(float);
   return w;
-}
-
-void mark_fp8_blocks(PackedWeights& w) {
-  const int64_t blocks = (w.n + kFp8Cols - 1) / kFp8Cols;
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t kb = 0; kb < w.k_blocks; ++kb) {
-      const uint8_t* codes = w.codes.get() + (b * w.k + kb * kFp8BlockK) * kFp8Cols;
-      const int64_t count = std::min(kFp8BlockK, w.k - kb * kFp8BlockK) * kFp8Cols;
-      uint8_t found = 0;
-      for (int64_t i = 0; i < count; ++i) found |= (codes[i] & 0x78) == 0;
-      w.exponent0_blocks[b * w.k_blocks + kb] = found;
-    }
 }
 
 PackedWeights pack_fp8_weights(const uint8_t* codes, const float* block_scales, int64_t n,
@@ -122,7 +109,6 @@ PackedWeights pack_fp8_weights(const uint8_t* codes, const float* block_scales, 
     for (int64_t kb = 0; kb < w.k_blocks; ++kb)
       w.scales[fp8_scale_index(w, j, kb)] = block_scales[(j / kFp8BlockK) * w.k_blocks + kb];
   }
-  mark_fp8_blocks(w);
   return w;
 }
 

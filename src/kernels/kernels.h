@@ -148,9 +148,6 @@ struct PackedWeights {
   Buffer<uint8_t> codes;
   Buffer<float> scales;
   int64_t k_blocks = 0;  // ceil(k / 128)
-  // [b * k_blocks + kb]: 1 when that block of codes holds exponent-0 codes (zero, subnormal),
-  // which the vector kernels widen the slower way (set by mark_fp8_blocks).
-  Buffer<uint8_t> exponent0_blocks;
 };
 
 PackedWeights pack_weights(const bf16* w, int64_t n, int64_t k, Isa isa);
@@ -158,8 +155,6 @@ PackedWeights pack_weights(const bf16* w, int64_t n, int64_t k, Isa isa);
 // An empty FP8 matrix of n x k for isa, codes and scales zeroed, to be filled in the layout above
 // (fp8_code_index and fp8_scale_index), e.g. by the loader straight from a checkpoint.
 PackedWeights make_fp8_weights(int64_t n, int64_t k, Isa isa);
-// Sets w.exponent0_blocks from w.codes: call once the codes are filled in.
-void mark_fp8_blocks(PackedWeights& w);
 // The same from a checkpoint's codes [n][k] and factors [ceil(n / 128)][ceil(k / 128)].
 PackedWeights pack_fp8_weights(const uint8_t* codes, const float* block_scales, int64_t n,
                                int64_t k, Isa isa);

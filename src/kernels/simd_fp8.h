@@ -4,8 +4,8 @@
 // factor per block and 128 k.
 //
 // A member streams its blocks front to back. Per block and 128 k, each row's partial dot
-// product runs over the codes widened in registers (V::load_fp8_x2, or the cheaper
-// V::load_fp8_x2_normal where the block has no exponent-0 code: the values times 2^-8, exactly), then out = partial * (factor * 2^8) + out, once per 128 k. The x rows are widened to
+// product runs over the codes widened in registers (V::load_fp8_x2: the values times 2^-8,
+// exactly), then out = partial * (factor * 2^8) + out, once per 128 k. The x rows are widened to
 // FP32 once per call into the thread's scratch.
 #include <algorithm>
 #include <atomic>
@@ -18,39 +18,34 @@ namespace ellm::simd {
 
 constexpr int64_t kFp8DecodeRows = 4;
 
-// For blocks j < B (codes + j * ldc) and rows r < R: out[j][r][32] += (xf[r][len] .
-// codes_j[len][32]) * factors[j]; xf rows ldxf apart, out blocks ldo floats apart (rows 32). codes
-// at this 128's first k. One row takes 2 blocks at once: 8 independent FMA chains instead of 4
-// (as the AVX2 BF16 decode tile), each chain in the same order as alone.
-template <class V, int R, int B, bool kNormal>
+// For blocks j < B (codes + j * ldc) and rows r < R, over kVecs vectors of columns from `codes`
+// on: out[j][r][cols] += (xf[r][len] . codes_j[len][cols]) * factors[j]; xf rows ldxf apart, out
+// blocks ldo floats apart (rows 32). codes at this 128's first k. Every code is widened once per
+// call, for all R rows; the R x B x kVecs partial sums must fit in registers (fp8_rows).
+template <class V, int R, int B, int kVecs>
 inline void fp8_tile(const float* xf, int64_t ldxf, const uint8_t* codes, int64_t ldc, int64_t len,
                      const float* factors, float* out, int64_t ldo) {
   using F = typename V::F;
-  constexpr int kVectors = int(kFp8Cols) / V::kLanes;
   // Every loop unrolled, so the partial sums stay in registers.
-  F partial[B][R][kVectors];
+  F partial[B][R][kVecs];
 #pragma GCC unroll 8
   for (int j = 0; j < B; ++j)
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-      for (int v = 0; v < kVectors; ++v) partial[j][r][v] = V::zero();
+      for (int v = 0; v < kVecs; ++v) partial[j][r][v] = V::zero();
   for (int64_t kk = 0; kk < len; ++kk) {
 #pragma GCC unroll 8
     for (int j = 0; j < B; ++j) {
-      F w[kVectors];
+      F w[kVecs];
       const uint8_t* c = codes + j * ldc + kk * kFp8Cols;
 #pragma GCC unroll 8
-      for (int v = 0; v < kVectors; v += 2)
-        if constexpr (kNormal)
-          V::load_fp8_x2_normal(c + v * V::kLanes, w[v], w[v + 1]);
-        else
-          V::load_fp8_x2(c + v * V::kLanes, w[v], w[v + 1]);
+      for (int v = 0; v < kVecs; v += 2) V::load_fp8_x2(c + v * V::kLanes, w[v], w[v + 1]);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         F a = V::set1(xf[r * ldxf + kk]);
 #pragma GCC unroll 8
-        for (int v = 0; v < kVectors; ++v) partial[j][r][v] = V::fmadd(a, w[v], partial[j][r][v]);
+        for (int v = 0; v < kVecs; ++v) partial[j][r][v] = V::fmadd(a, w[v], partial[j][r][v]);
       }
     }
   }
@@ -60,11 +55,23 @@ inline void fp8_tile(const float* xf, int64_t ldxf, const uint8_t* codes, int64_
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-      for (int v = 0; v < kVectors; ++v) {
+      for (int v = 0; v < kVecs; ++v) {
         float* o = out + j * ldo + r * kFp8Cols + v * V::kLanes;
         V::store(o, V::fmadd(partial[j][r][v], factor, V::load(o)));
       }
   }
+}
+
+// One block of 32 columns for R rows: in parts of columns narrow enough that R rows' partial sums
+// stay in registers (on AVX2, 4 rows take the block in 2 halves of 16 columns).
+template <class V, int R>
+void fp8_rows(const float* xf, int64_t ldxf, const uint8_t* codes, int64_t ldc, int64_t len,
+              const float* factors, float* out, int64_t ldo) {
+  constexpr int kVectors = int(kFp8Cols) / V::kLanes;
+  constexpr int kPart = R * kVectors <= 8 ? kVectors : 2;
+  for (int v0 = 0; v0 < kVectors; v0 += kPart)
+    fp8_tile<V, R, 1, kPart>(xf, ldxf, codes + v0 * V::kLanes, ldc, len, factors,
+                             out + v0 * V::kLanes, ldo);
 }
 
 // MatmulFn for FP8 weights and m <= kFp8DecodeRows rows.
@@ -92,20 +99,15 @@ void matmul_fp8(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, f
         const int64_t k0 = kb * kFp8BlockK, len = std::min(kFp8BlockK, k - k0);
         const float factors[2] = {w.scales[b * w.k_blocks + kb],
                                   group == 2 ? w.scales[(b + 1) * w.k_blocks + kb] : 0.0f};
-        bool normal = !w.exponent0_blocks[b * w.k_blocks + kb];
-        if (group == 2) normal = normal && !w.exponent0_blocks[(b + 1) * w.k_blocks + kb];
         const uint8_t* c = codes + k0 * kFp8Cols;
         const int64_t ldc = k * kFp8Cols;
         if (group == 2) {
-          (normal ? fp8_tile<V, 1, 2, true> : fp8_tile<V, 1, 2, false>)(xf + k0, k, c, ldc, len,
-                                                                        factors, out, ldo);
+          fp8_tile<V, 1, 2, int(kFp8Cols) / V::kLanes>(xf + k0, k, c, ldc, len, factors, out, ldo);
           continue;
         }
-        for (int64_t r = 0; r < m; r += 2) {
-          auto* tile = r + 1 < m ? (normal ? fp8_tile<V, 2, 1, true> : fp8_tile<V, 2, 1, false>)
-                                 : (normal ? fp8_tile<V, 1, 1, true> : fp8_tile<V, 1, 1, false>);
-          tile(xf + r * k + k0, k, c, ldc, len, factors, out + r * kFp8Cols, ldo);
-        }
+        constexpr decltype(&fp8_rows<V, 1>) by_rows[] = {fp8_rows<V, 1>, fp8_rows<V, 2>,
+                                                        fp8_rows<V, 3>, fp8_rows<V, 4>};
+        by_rows[m - 1](xf + k0, k, c, ldc, len, factors, out, ldo);
       }
       for (int64_t j = 0; j < group; ++j)
         for (int64_t r = 0; r < m; ++r)

@@ -104,8 +104,6 @@ struct Avx512Vec {
     lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
     hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
   }
-  // Codes without exponent 0: the same here (F16C widens any code at full speed on Xeon).
-  static void load_fp8_x2_normal(const uint8_t* p, F& lo, F& hi) { load_fp8_x2(p, lo, hi); }
   static F load_bf16(const uint16_t* p, int64_t n) {
     __m256i h = _mm256_maskz_loadu_epi16(tail_mask(n), p);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));

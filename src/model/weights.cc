@@ -109,7 +109,6 @@ class Loader {
           quantise(*t, row0, w);
         row0 += t->shape[0];
       }
-      mark_fp8_blocks(w);
       fp8_bytes_ += w.bytes;
     } else if (parts.size() == 1 && parts[0]->dtype == Dtype::bf16) {
       w = pack_weights(reinterpret_cast<const bf16*>(parts[0]->data), n, k, isa_);
