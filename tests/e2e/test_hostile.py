@@ -259,7 +259,11 @@ def test_sigterm_under_load(model, grace):
 
 def main():
     start = time.monotonic()
-    with Server(TINY, "--batch-size", "3", "--max-queue", "0", sequence_length=4096) as s:
+    # A stalls until C is cancelled and the engine has finished A, then reads: on a loaded machine
+    # that took more than the default 30 s write timeout, which cut A (test_slow_clients tests
+    # that cut). Here the stall must not end A.
+    with Server(TINY, "--batch-size", "3", "--max-queue", "0", "--write-timeout", "600",
+                sequence_length=4096) as s:
         s.max_new = 4096 - 64  # room for the prompt
         test_nul_bytes_and_huge_numbers(s)
         if sanitized(BIN):  # a few times slower: shorter streams, and RSS means nothing

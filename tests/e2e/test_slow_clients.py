@@ -12,7 +12,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from server_harness import BIN, TINY, Server, check  # noqa: E402
-from test_hostile import metrics, sanitized  # noqa: E402
+from test_hostile import metrics  # noqa: E402
 
 SLOW_CLIENTS = 256
 DEADLINE = 6  # --request-deadline, seconds
@@ -206,7 +206,10 @@ def main():
         test_per_client_cap(s, 8)
         check(s.stop() == 0, "SIGTERM exit code")
     with Server(TINY, "--write-timeout", "3", sequence_length=8192) as s:
-        test_slow_stream_reader(s, 3, bound=180 if sanitized(BIN) else 60)
+        # The bound only stops a broken server's test: the engine generating the 6,000 tokens
+        # took more than 60 s on a loaded machine. The cut's timing is checked against the end
+        # of the generation.
+        test_slow_stream_reader(s, 3, bound=600)
     print(f"slow clients: {time.monotonic() - start:.1f}s")
     print("ok")
 
