@@ -294,7 +294,10 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   for (int i = 0; i < request.n; ++i) {
     auto parser = std::make_unique<OutputParser>(parse_tools ? options.tool_call_format : ToolCallFormat::none,
                                                  options.parse_reasoning, prompt_opens_reasoning(prompt), json(tools));
-    if (forced_calls) parser->stream_tool_calls();  // the grammar keeps them valid
+    // Forced calls stream in the whole reply too: the grammar keeps them valid, and one cut by
+    // max_tokens stays a call. Free output streams only for a stream, where a call that then
+    // goes wrong keeps what went out; a whole reply keeps such text as content.
+    if (forced_calls || request.stream) parser->stream_tool_calls();
     outputs.push_back(std::make_shared<ChatOutput>(meta, std::move(parser), [this](int32_t id) { return engine.token_text(id); }));
   }
   respond(submit_choices(request.generate, request.n), std::move(outputs), request.stream, request.include_usage, res);
