@@ -8,10 +8,17 @@
 // strings whose escapes are \" \\ \/ \b \f \n \r \t \uXXXX, objects whose properties are only
 // the listed ones unless additionalProperties is true or a schema. Supported keywords: type
 // (a name or a list), properties, required, additionalProperties, enum, const, items,
-// prefixItems is not, minItems, maxItems, anyOf, oneOf (as anyOf), allOf with one member, $ref
-// to "#", "#/$defs/NAME" or "#/definitions/NAME", minLength, maxLength, pattern (see regex_subset
-// below). Annotations (title, description, default, examples, format, $schema, $id, $comment,
-// deprecated, readOnly, writeOnly, strict) are ignored; anything else is a SchemaError naming it.
+// minItems, maxItems, anyOf, oneOf (as anyOf), allOf with one member, $ref to "#",
+// "#/$defs/NAME" or "#/definitions/NAME", minLength, maxLength, pattern (see regex_subset
+// below). Annotations (title, description, default, examples, format, contentEncoding, $schema,
+// $id, $comment, deprecated, readOnly, writeOnly, strict) are ignored.
+//
+// Strict (OpenAI's strict: true), anything else is a SchemaError naming it. Not strict, the
+// output follows a looser schema: what only narrows the values the schema accepts and cannot be
+// enforced is ignored (minimum, maximum, multipleOf, uniqueItems, minProperties, not, if/then/
+// else, a pattern outside the subset, keywords beside $ref or anyOf, allOf's later members, ...),
+// as are unknown keywords (JSON Schema's own rule). A malformed schema (a keyword of the wrong
+// type, a $ref to nothing) is an error either way.
 //
 // pattern subset: literals, '.', classes [a-z0-9_] and [^...], \d \w \s and escaped punctuation,
 // groups (...) and (?:...), '|', quantifiers * + ? {m} {m,} {m,n}; '^' and '$' only at the ends.
@@ -31,9 +38,10 @@ namespace ellm {
 
 // A schema the compiler refuses: `keyword` names the part at fault ("minimum", "$ref", ...).
 struct SchemaError : Error {
-  SchemaError(std::string keyword, const std::string& message)
-      : Error(message), keyword(std::move(keyword)) {}
+  SchemaError(std::string keyword, const std::string& message, bool unsupported = false)
+      : Error(message), keyword(std::move(keyword)), unsupported(unsupported) {}
   std::string keyword;
+  bool unsupported;  // a valid schema that cannot be enforced: not strict, it would be ignored
 };
 
 enum TypeBit : uint32_t {
@@ -109,13 +117,14 @@ class Grammar {
 
 // {"type": "json_object"}: any JSON object.
 std::shared_ptr<const Grammar> json_object_grammar();
-// A JSON Schema; throws SchemaError naming the keyword at fault.
-std::shared_ptr<const Grammar> compile_json_schema(const nlohmann::json& schema);
+// A JSON Schema; throws SchemaError naming the keyword at fault. strict: see the top of the file.
+std::shared_ptr<const Grammar> compile_json_schema(const nlohmann::json& schema, bool strict = true);
 
 enum class ToolCallStyle { hermes, qwen3_coder };
 // One or more tool calls (at most max_calls, separated by "\n") in the model's own format, each
 // naming one of `tools` (OpenAI tools array) or, when `only` is not empty, that function, with
-// arguments valid against its `parameters` schema. Throws SchemaError.
+// arguments valid against its `parameters` schema, strict when the function says `strict: true`.
+// Throws SchemaError.
 std::shared_ptr<const Grammar> compile_tool_calls(const nlohmann::json& tools, ToolCallStyle style,
                                                   const std::string& only, int max_calls);
 

@@ -38,6 +38,8 @@ struct Ast {
 };
 
 [[noreturn]] void bad(const std::string& what) { throw SchemaError("pattern", "pattern: " + what); }
+// A valid pattern this compiler cannot enforce (strict: false then ignores it).
+[[noreturn]] void unsupported(const std::string& what) { throw SchemaError("pattern", "pattern: " + what, true); }
 
 class Parser {
  public:
@@ -53,7 +55,7 @@ class Parser {
 
  private:
   Ast alternation(int depth) {
-    if (depth > 32) bad("nested too deeply");
+    if (depth > 32) unsupported("nested too deeply");
     Ast alt{Ast::alternation};
     alt.children.push_back(concat(depth));
     while (i_ < s_.size() && s_[i_] == '|') {
@@ -108,7 +110,7 @@ class Parser {
     Ast a{Ast::byte_class};
     if (c == '(') {
       if (s_.compare(i_, 2, "?:") == 0) i_ += 2;
-      else if (i_ < s_.size() && s_[i_] == '?') bad("lookaround and named groups are not supported");
+      else if (i_ < s_.size() && s_[i_] == '?') unsupported("lookaround and named groups are not supported");
       Ast inner = alternation(depth + 1);
       if (i_ >= s_.size() || s_[i_] != ')') bad("unbalanced '('");
       ++i_;
@@ -118,8 +120,8 @@ class Parser {
     if (c == '.') return a.bytes = generatable(), a;
     if (c == '\\') return a.bytes = escape(false), a;
     if (c == '*' || c == '+' || c == '?' || c == '{') bad("a quantifier follows nothing");
-    if (c == '^' || c == '$') bad("'^' and '$' are supported only at the ends");
-    if (uint8_t(c) >= 0x80 || uint8_t(c) < 0x20) bad("only printable ASCII is supported");
+    if (c == '^' || c == '$') unsupported("'^' and '$' are supported only at the ends");
+    if (uint8_t(c) >= 0x80 || uint8_t(c) < 0x20) unsupported("only printable ASCII is supported");
     add(a.bytes, uint8_t(c));
     return a;
   }
@@ -137,7 +139,7 @@ class Parser {
       default: break;
     }
     bool punct = (c >= 0x21 && c <= 0x2f) || (c >= 0x3a && c <= 0x40) || (c >= 0x5b && c <= 0x60) || (c >= 0x7b && c <= 0x7e);
-    if (!punct && !(in_class && c == ' ')) bad(std::string("the escape '\\") + c + "' is not supported");
+    if (!punct && !(in_class && c == ' ')) unsupported(std::string("the escape '\\") + c + "' is not supported");
     add(out, uint8_t(c));
     return out;
   }
@@ -156,7 +158,7 @@ class Parser {
         if (std::popcount(one[0]) + std::popcount(one[1]) == 1) from = one[0] ? std::countr_zero(one[0]) : 64 + std::countr_zero(one[1]);
       } else {
         from = uint8_t(s_[i_++]);
-        if (from >= 0x80 || from < 0x20) bad("only printable ASCII is supported");
+        if (from >= 0x80 || from < 0x20) unsupported("only printable ASCII is supported");
         add(one, from);
       }
       if (from >= 0 && i_ + 1 < s_.size() && s_[i_] == '-' && s_[i_ + 1] != ']') {
@@ -166,7 +168,8 @@ class Parser {
           if (i_ >= s_.size()) bad("a trailing '\\'");
           to = uint8_t(s_[i_++]);
         }
-        if (to < from || to >= 0x80) bad("a bad range in a class");
+        if (to < from) bad("a bad range in a class");
+        if (to >= 0x80) unsupported("only printable ASCII is supported");
         add_range(one, from, to);
       }
       a.bytes[0] |= one[0];
@@ -194,7 +197,7 @@ class Builder {
   Glushkov build(const Ast& ast) {
     switch (ast.kind) {
       case Ast::byte_class: {
-        if (r_.class_bits.size() >= 63) bad("too complex (more than 63 positions)");
+        if (r_.class_bits.size() >= 63) unsupported("too complex (more than 63 positions)");
         uint64_t p = uint64_t(1) << r_.class_bits.size();
         r_.class_bits.push_back(ast.bytes);
         r_.follow.push_back(0);
@@ -272,7 +275,7 @@ Regex compile_regex(const std::string& pattern) {
           regex.distance[p] = std::min(regex.distance[p], regex.distance[q] + 1);
       }
     }
-  if (regex_distance(regex, kRegexStart) == INT32_MAX) bad("no string of printable ASCII matches it");
+  if (regex_distance(regex, kRegexStart) == INT32_MAX) unsupported("no string of printable ASCII matches it");
   return regex;
 }
 

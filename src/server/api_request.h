@@ -24,6 +24,9 @@ struct ApiError : std::runtime_error {
 };
 
 [[noreturn]] void throw_bad_request(const std::string& message, const std::string& param = "");
+// A schema the compiler refused, for a 400: the message, the keyword, and for a keyword that
+// could not be enforced, that `lenient` (how the request asks for best effort) would ignore it.
+std::string schema_error_text(const SchemaError& e, const std::string& lenient);
 
 // Parses a request body. Rejects nesting deeper than max_depth before parsing, since the chat
 // template and the JSON writer recurse; nlohmann rejects invalid UTF-8 and raw control bytes.

@@ -60,7 +60,7 @@ std::shared_ptr<const OutputConstraint> chat_constraint(const ChatRequest& r, To
       constraint->grammar = compile_tool_calls(nlohmann::json(r.tools), style, named ? r.tool_choice : "",
                                                named || !r.parallel_tool_calls ? 1 : kMaxParallelCalls);
     } catch (const SchemaError& e) {
-      throw_bad_request(std::string("tools: ") + e.what() + " (keyword '" + e.keyword + "')",
+      throw_bad_request("tools: " + schema_error_text(e, "the function's 'strict': false"),
                         e.keyword == "tool_choice" ? "tool_choice" : "tools");
     }
   } else {

@@ -2,7 +2,8 @@
 tiny models, whose unconstrained output is garbage: every output must parse and validate against
 its schema with an independent validator (Debian's python3-jsonschema), for 20 seeds per schema;
 tool_choice required / named / none in the Qwen3 and Qwen3-Coder formats, streamed and not;
-errors name the schema keyword; an output cut by max_tokens ends with "length"."""
+errors name the schema keyword; strict false ignores what cannot be enforced (the output fits the
+schema without it), strict true refuses it; an output cut by max_tokens ends with "length"."""
 import json
 import os
 import sys
@@ -108,15 +109,18 @@ def check_schemas(s):
 
 
 def check_errors(s):
-    def error(schema):
+    def error(schema, strict=True):
         status, r = s.post("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 10, "response_format": {
-            "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+            "type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": strict}}})
         check(status == 400 and r["error"]["param"] == "response_format", f"{schema}: {status} {r}")
         return r["error"]["message"]
     check("'minimum'" in error({"type": "integer", "minimum": 3}), "the unsupported keyword is named")
-    check("'type'" in error({"type": "text"}), "an invalid type is named")
-    check("'$ref'" in error({"$ref": "#/nowhere"}), "a bad $ref is named")
+    check("'uniqueItems'" in error({"type": "array", "uniqueItems": True}), "the unsupported keyword is named")
     check("'pattern'" in error({"type": "string", "pattern": "a(?=b)"}), "an unsupported pattern is named")
+    for strict in (True, False):  # malformed: refused either way
+        check("'type'" in error({"type": "text"}, strict), "an invalid type is named")
+        check("'$ref'" in error({"$ref": "#/nowhere"}, strict), "a bad $ref is named")
+        check("'minimum'" in error({"type": "integer", "minimum": "3"}, strict), "a keyword of the wrong type is named")
     status, r = s.post("/v1/chat/completions", {"messages": MESSAGES, "tools": TOOLS,
                                                 "tool_choice": {"type": "function", "function": {"name": "nope"}}})
     check(status == 400 and r["error"]["param"] == "tool_choice", f"unknown named function: {status} {r}")
@@ -133,6 +137,49 @@ def check_errors(s):
     for choice in r["choices"]:
         check(choice["finish_reason"] == "stop", f"tight budget: {choice}")
         validate(choice["message"]["content"], tight["response_format"]["json_schema"]["schema"], "tight budget")
+
+
+# strict false (OpenAI's default): what only narrows the values and cannot be enforced is ignored;
+# the output then fits the schema without those keywords.
+LENIENT = {"type": "object", "properties": {
+    "count": {"type": "integer", "minimum": 1, "maximum": 9},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "uniqueItems": True, "maxItems": 3},
+    "code": {"type": "string", "pattern": "^(?!x)[a-z]{2}$", "maxLength": 5}},
+    "required": ["count", "tags", "code"], "minProperties": 3, "additionalProperties": False}
+UNENFORCEABLE = {"minimum", "maximum", "uniqueItems", "minProperties", "pattern"}
+
+
+def without(schema, keywords):
+    if isinstance(schema, dict):
+        return {k: without(v, keywords) for k, v in schema.items() if k not in keywords}
+    return schema
+
+
+def check_lenient(s):
+    looser = without(LENIENT, UNENFORCEABLE)
+    for strict in (False, None):
+        spec = {"name": "lenient", "schema": LENIENT}
+        if strict is not None:
+            spec["strict"] = strict
+        status, r = s.post("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 60, "seed": 4, "n": 4, "temperature": 1.0,
+                                                    "top_k": 0, "top_p": 1.0, "response_format": {"type": "json_schema", "json_schema": spec}})
+        check(status == 200, f"strict {strict}: {status} {r}")
+        for choice in r["choices"]:
+            validate(choice["message"]["content"], looser, f"strict {strict}")
+    status, r = s.post("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 10, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "lenient", "schema": LENIENT, "strict": True}}})
+    named = [k for k in UNENFORCEABLE if f"keyword '{k}'" in r["error"]["message"]]
+    check(status == 400 and named and "strict" in r["error"]["message"], f"strict true: {status} {r}")
+    # Tool parameters: strict only when the function says so.
+    tool = {"type": "function", "function": {"name": "count", "parameters": LENIENT}}
+    body = {"messages": MESSAGES, "tools": [tool], "tool_choice": "required", "max_tokens": 80, "seed": 2}
+    status, r = s.post("/v1/chat/completions", body)
+    check(status == 200, f"lenient tool: {status} {r}")
+    validate(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], looser, "lenient tool arguments")
+    strict_tool = {"type": "function", "function": dict(tool["function"], strict=True)}
+    status, r = s.post("/v1/chat/completions", dict(body, tools=[strict_tool]))
+    named = [k for k in UNENFORCEABLE if f"keyword '{k}'" in r["error"]["message"]]
+    check(status == 400 and r["error"]["param"] == "tools" and named, f"strict tool: {status} {r}")
 
 
 def stream_calls(s, body):
@@ -223,6 +270,7 @@ def main():
     with Server(TINY, "--batch-size", "4") as s:  # choices decode together
         check_schemas(s)
         check_errors(s)
+        check_lenient(s)
         check_tools(s, "qwen3")
     with Server(TINY, "--chat-template", CODER_TEMPLATE, sequence_length=1024) as s:
         check_tools(s, "qwen3_coder")

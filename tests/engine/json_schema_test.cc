@@ -115,6 +115,107 @@ TEST(JsonSchema, ErrorsNameTheKeyword) {
   EXPECT_EQ(keyword_of(R"({"type":"object","title":"t","description":"d","properties":{}})"), "none");
 }
 
+// The keyword a schema is refused for ("none" when it compiles), and whether it is a keyword the
+// compiler cannot enforce (rather than a malformed schema).
+std::pair<std::string, bool> refusal(const char* text, bool strict) {
+  try {
+    compile_json_schema(json::parse(text), strict);
+  } catch (const SchemaError& e) {
+    return {e.keyword, e.unsupported};
+  }
+  return {"none", false};
+}
+
+// Not strict, what only narrows the accepted values and cannot be enforced is ignored, and so
+// are unknown keywords; strict refuses them, naming the keyword.
+TEST(JsonSchema, NotStrictIgnoresWhatCannotBeEnforced) {
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {R"({"type":"integer","minimum":3})", "minimum"},
+      {R"({"type":"number","exclusiveMaximum":1.5,"multipleOf":0.5})", "exclusiveMaximum"},
+      {R"({"type":"array","items":{"type":"string"},"uniqueItems":true})", "uniqueItems"},
+      {R"({"type":"object","minProperties":1,"patternProperties":{"^x":{}}})", "minProperties"},
+      {R"({"not":{"type":"null"}})", "not"},
+      {R"({"if":{"type":"string"},"then":{"minLength":2}})", "if"},
+      {R"({"type":"array","prefixItems":[{"type":"integer"}]})", "prefixItems"},
+      {R"({"type":"array","items":[{"type":"integer"}]})", "items"},
+      {R"({"allOf":[{"type":"integer"},{"type":"number"}]})", "allOf"},
+      {R"({"$defs":{"n":{"type":"integer"}},"$ref":"#/$defs/n","type":"integer"})", "$ref"},
+      {R"j({"type":"string","pattern":"a(?=b)"})j", "pattern"},
+      {R"({"type":"string","pattern":"[a-z]+","minLength":2})", "minLength"},
+      {R"({"type":"string","x-vendor-hint":true})", "x-vendor-hint"},
+  };
+  for (const auto& [text, keyword] : cases) {
+    EXPECT_EQ(refusal(text, true), std::make_pair(std::string(keyword), true)) << text;
+    EXPECT_EQ(refusal(text, false).first, "none") << text;
+  }
+  // The output follows the schema without those keywords.
+  auto lenient = [](const char* text) { return compile_json_schema(json::parse(text), false); };
+  auto bounded = lenient(R"({"type":"integer","minimum":3,"maximum":5})");
+  EXPECT_TRUE(accepts(bounded, "10"));
+  EXPECT_FALSE(accepts(bounded, "\"4\""));
+  EXPECT_FALSE(accepts(bounded, "4.5"));
+  auto unique = lenient(R"({"type":"array","items":{"type":"integer"},"uniqueItems":true,"maxItems":2})");
+  EXPECT_TRUE(accepts(unique, "[1,1]"));
+  EXPECT_FALSE(accepts(unique, "[1,2,3]"));
+  EXPECT_FALSE(accepts(unique, "[\"a\"]"));
+  auto lookahead = lenient(R"j({"type":"string","pattern":"a(?=b)","maxLength":3})j");
+  EXPECT_TRUE(accepts(lookahead, "\"zzz\""));
+  EXPECT_FALSE(accepts(lookahead, "\"zzzz\""));
+  auto pattern_and_min = lenient(R"({"type":"string","pattern":"^[a-z]+$","minLength":3})");
+  EXPECT_TRUE(accepts(pattern_and_min, "\"ab\""));  // the pattern holds, the minimum does not
+  EXPECT_FALSE(accepts(pattern_and_min, "\"AB\""));
+  auto ref = lenient(R"({"$defs":{"n":{"type":"integer"}},"$ref":"#/$defs/n","minimum":1,"type":"string"})");
+  EXPECT_TRUE(accepts(ref, "5"));
+  EXPECT_FALSE(accepts(ref, "\"5\""));
+  auto all = lenient(R"({"allOf":[{"type":"integer"},{"minimum":2}]})");  // its first member
+  EXPECT_TRUE(accepts(all, "1"));
+  EXPECT_FALSE(accepts(all, "true"));
+  auto beside = lenient(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],
+                            "allOf":[{"required":["b"]}]})");  // the keywords beside allOf
+  EXPECT_TRUE(accepts(beside, R"({"a":1})"));
+  EXPECT_FALSE(accepts(beside, R"({"b":1})"));
+}
+
+// A malformed schema is refused whether strict or not, and not as something to ignore.
+TEST(JsonSchema, MalformedSchemasAreRefusedEvenWhenNotStrict) {
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {R"({"type":"integer","minimum":"3"})", "minimum"},
+      {R"({"type":"array","uniqueItems":1})", "uniqueItems"},
+      {R"({"type":"object","minProperties":-1})", "minProperties"},
+      {R"({"not":3})", "not"},
+      {R"({"$ref":"#/$defs/missing"})", "$ref"},
+      {R"({"type":"strin"})", "type"},
+      {R"({"type":"string","pattern":"(a"})", "pattern"},
+      {R"({"type":"string","pattern":7})", "pattern"},
+      {R"({"type":"object","properties":[]})", "properties"},
+      {R"({"allOf":[]})", "allOf"},
+      {R"("object")", "schema"},
+      {R"({"type":"string","minLength":3,"maxLength":2})", "maxLength"},
+  };
+  for (const auto& [text, keyword] : cases)
+    for (bool strict : {true, false})
+      EXPECT_EQ(refusal(text, strict), std::make_pair(std::string(keyword), false)) << text << " strict " << strict;
+}
+
+// Tool parameters are strict only when the function says strict: true.
+TEST(JsonSchema, ToolParametersAreStrictOnlyWhenTheFunctionSaysSo) {
+  auto tools = [](const char* strict) {
+    return json::parse(std::string(R"([{"type":"function","function":{"name":"f",)") + strict +
+                       R"("parameters":{"type":"object","properties":{"n":{"type":"integer","minimum":1}},"required":["n"]}}}])");
+  };
+  auto lenient = compile_tool_calls(tools(""), ToolCallStyle::hermes, "", 1);
+  EXPECT_TRUE(accepts(lenient, "<tool_call>\n{\"name\":\"f\",\"arguments\":{\"n\":0}}\n</tool_call>"));
+  EXPECT_TRUE(compile_tool_calls(tools(R"("strict":false,)"), ToolCallStyle::qwen3_coder, "", 1));
+  try {
+    compile_tool_calls(tools(R"("strict":true,)"), ToolCallStyle::hermes, "", 1);
+    ADD_FAILURE() << "strict tool parameters with 'minimum' compiled";
+  } catch (const SchemaError& e) {
+    EXPECT_EQ(e.keyword, "minimum");
+    EXPECT_TRUE(e.unsupported);
+  }
+  EXPECT_THROW(compile_tool_calls(tools(R"("strict":"yes",)"), ToolCallStyle::hermes, "", 1), SchemaError);
+}
+
 TEST(JsonSchema, ToolCallsInBothFormats) {
   json tools = json::parse(R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
       "properties":{"city":{"type":"string"},"days":{"type":"integer"}},"required":["city"]}}},
