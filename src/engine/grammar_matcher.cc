@@ -360,8 +360,8 @@ int64_t GrammarMatcher::string_bytes(const Frame& f, const GrammarNode& n, bool 
   int64_t chars = key ? 0 : std::max<int64_t>(0, n.min_length - f.count);
   if (f.stage != kStr) chars = std::max<int64_t>(0, chars - 1);  // the escape makes a character
   if (!key && n.regex >= 0) {
-    chars = regex_distance(g_->regexes[n.regex], f.bits);  // the compiler refuses minLength here
-    if (n.max_length >= 0 && f.count + chars > n.max_length) return kFar;  // no way to finish
+    chars = regex_distance(g_->regexes[n.regex], f.bits, n.min_length - f.count);
+    if (chars == INT32_MAX || (n.max_length >= 0 && f.count + chars > n.max_length)) return kFar;  // no way to finish
   }
   int64_t escape = f.stage == kStrEscape ? 1 : f.stage == kStrHex ? 4 - f.pos : 0;
   return escape + f.utf8_left + chars + (!key && n.raw ? 0 : 1);

@@ -14,6 +14,7 @@ namespace {
 
 constexpr int kMaxDepth = 48;
 constexpr int kMaxProperties = 63;  // the matcher keeps the properties seen in a 64-bit set
+constexpr int32_t kMaxPatternMinLength = 1024;  // a pattern's distance table has a row per character
 constexpr int64_t kInfinite = INT64_MAX / 4;
 
 const std::set<std::string> kIgnored = {
@@ -234,14 +235,18 @@ class Compiler {
       }
     }
     if (node.regex >= 0) {
-      // Lengths beside a pattern: a maximum is checked as the string grows; a minimum is not
-      // supported (it could leave the pattern no way to end).
-      if (node.min_length > 0) {
-        cannot_enforce("minLength", "'minLength' together with 'pattern' is not supported");
+      // Lengths beside a pattern: the matcher keeps to strings that can still end within both
+      // (Regex::distance has a row per length still to write, so a minimum costs a table).
+      Regex& regex = g_.regexes[size_t(node.regex)];
+      if (node.min_length > kMaxPatternMinLength) {
+        cannot_enforce("minLength", "'minLength' above " + std::to_string(kMaxPatternMinLength) + " together with 'pattern' is not supported");
         node.min_length = 0;
       }
-      if (node.max_length >= 0 && regex_distance(g_.regexes.back(), kRegexStart) > node.max_length)
-        throw SchemaError("maxLength", "'maxLength' is shorter than any string matching 'pattern'");
+      regex_require_length(regex, node.min_length);
+      const int32_t shortest = regex_distance(regex, kRegexStart, node.min_length);
+      if (shortest == INT32_MAX) throw SchemaError("minLength", "no string matching 'pattern' is 'minLength' characters long");
+      if (node.max_length >= 0 && shortest > node.max_length)
+        throw SchemaError("maxLength", "'maxLength' is shorter than any string matching 'pattern' and 'minLength'");
     }
     if (schema.contains("minItems")) node.min_items = non_negative(schema, "minItems");
     if (schema.contains("maxItems")) node.max_items = non_negative(schema, "maxItems");
@@ -333,7 +338,7 @@ void compute_min_bytes(Grammar& g) {
           if (node.types & (kInteger | kNumber)) best = std::min<int64_t>(best, 1);
           if (node.types & kString) {
             int64_t chars = node.min_length;
-            if (node.regex >= 0) chars = std::max<int64_t>(chars, regex_distance(g.regexes[node.regex], kRegexStart));
+            if (node.regex >= 0) chars = regex_distance(g.regexes[node.regex], kRegexStart, node.min_length);
             best = std::min(best, chars + (node.raw ? 0 : 2));
           }
           if ((node.types & kArray) && node.items >= 0) {

@@ -9,9 +9,9 @@
 // the listed ones unless additionalProperties is true or a schema. Supported keywords: type
 // (a name or a list), properties, required, additionalProperties, enum, const, items,
 // minItems, maxItems, anyOf, oneOf (as anyOf), allOf with one member, $ref to "#",
-// "#/$defs/NAME" or "#/definitions/NAME", minLength, maxLength, pattern (see regex_subset
-// below). Annotations (title, description, default, examples, format, contentEncoding, $schema,
-// $id, $comment, deprecated, readOnly, writeOnly, strict) are ignored.
+// "#/$defs/NAME" or "#/definitions/NAME", minLength, maxLength, pattern (the subset below; with
+// a minLength of at most 1024). Annotations (title, description, default, examples, format,
+// contentEncoding, $schema, $id, $comment, deprecated, readOnly, writeOnly, strict) are ignored.
 //
 // Strict (OpenAI's strict: true), anything else is a SchemaError naming it. Not strict, the
 // output follows a looser schema: what only narrows the values the schema accepts and cannot be
@@ -56,14 +56,19 @@ constexpr uint64_t kRegexStart = uint64_t(1) << 63;
 struct Regex {
   std::vector<std::array<uint64_t, 2>> class_bits;  // [position] ASCII bitmap
   std::vector<uint64_t> follow;                     // [position]
-  std::vector<int32_t> distance;                    // [position] bytes to an accepting state
+  // [r * positions + p]: the fewest bytes after position p that reach an accepting one, counting
+  // at least r of them (INT32_MAX: none); row 0 always, rows up to a minLength beside the pattern.
+  std::vector<int32_t> distance;
   uint64_t first = 0, last = 0;
   bool nullable = false;
 };
 Regex compile_regex(const std::string& pattern);  // throws SchemaError("pattern", ...)
+// Adds the distance rows up to min_length (a minLength beside the pattern).
+void regex_require_length(Regex& regex, int32_t min_length);
 uint64_t regex_step(const Regex& regex, uint64_t state, uint8_t byte);  // 0 = dead
 bool regex_accepts(const Regex& regex, uint64_t state);
-int32_t regex_distance(const Regex& regex, uint64_t state);
+// The fewest bytes from `state` to a match at least `at_least` more bytes long (INT32_MAX: none).
+int32_t regex_distance(const Regex& regex, uint64_t state, int32_t at_least = 0);
 
 inline constexpr std::string_view kCoderClose = "\n</parameter>\n";  // after a Coder value
 inline constexpr std::string_view kCoderEnd = "</function>";

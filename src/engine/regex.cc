@@ -247,9 +247,10 @@ class Builder {
   Regex& r_;
 };
 
-int32_t min_distance(const Regex& regex, uint64_t positions) {
+int32_t min_distance(const Regex& regex, uint64_t positions, size_t row) {
+  const int32_t* distance = regex.distance.data() + row * regex.class_bits.size();
   int32_t best = INT32_MAX;
-  for (; positions; positions &= positions - 1) best = std::min(best, regex.distance[std::countr_zero(positions)]);
+  for (; positions; positions &= positions - 1) best = std::min(best, distance[std::countr_zero(positions)]);
   return best;
 }
 
@@ -297,11 +298,32 @@ bool regex_accepts(const Regex& regex, uint64_t state) {
   return ((state & kRegexStart) && regex.nullable) || (state & regex.last);
 }
 
-int32_t regex_distance(const Regex& regex, uint64_t state) {
-  if (regex_accepts(regex, state)) return 0;
-  int32_t best = min_distance(regex, state & ~kRegexStart);
+void regex_require_length(Regex& regex, int32_t min_length) {
+  const size_t n = regex.class_bits.size();
+  const size_t rows = size_t(min_length) + 1;
+  if (n == 0 || regex.distance.size() >= rows * n) return;
+  size_t r = regex.distance.size() / n;
+  regex.distance.resize(rows * n, INT32_MAX);
+  // At least r bytes after p: one byte to a next position q, then at least r - 1 after q.
+  for (; r < rows; ++r)
+    for (size_t p = 0; p < n; ++p)
+      for (uint64_t next = regex.follow[p]; next; next &= next - 1) {
+        const int q = std::countr_zero(next);
+        const int32_t after = regex.distance[(r - 1) * n + size_t(q)];
+        if ((regex.class_bits[q][0] | regex.class_bits[q][1]) && after != INT32_MAX)
+          regex.distance[r * n + p] = std::min(regex.distance[r * n + p], after + 1);
+      }
+}
+
+int32_t regex_distance(const Regex& regex, uint64_t state, int32_t at_least) {
+  if (at_least <= 0 && regex_accepts(regex, state)) return 0;
+  const size_t n = regex.class_bits.size();
+  if (n == 0) return INT32_MAX;
+  const int32_t last_row = int32_t(regex.distance.size() / n) - 1;
+  auto row = [&](int32_t r) { return size_t(std::clamp(r, 0, last_row)); };
+  int32_t best = min_distance(regex, state & ~kRegexStart, row(at_least));
   if (state & kRegexStart) {
-    int32_t from_start = min_distance(regex, regex.first);
+    int32_t from_start = min_distance(regex, regex.first, row(at_least - 1));
     if (from_start != INT32_MAX) best = std::min(best, from_start + 1);
   }
   return best;

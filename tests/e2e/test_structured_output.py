@@ -39,7 +39,7 @@ SCHEMAS = {
         {"type": "integer"}, {"type": "string", "maxLength": 6},
         {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}, "required": ["x", "y"]}]}},
         "required": ["value"]},
-    "ref": {"$defs": {"item": {"type": "object", "properties": {"sku": {"type": "string", "pattern": "[A-Z]{3}-[0-9]{2,4}"},
+    "ref": {"$defs": {"item": {"type": "object", "properties": {"sku": {"type": "string", "pattern": "[A-Z]{3}-[0-9]{2,4}", "minLength": 7},
                                                                 "qty": {"type": "integer"}}, "required": ["sku", "qty"]}},
             "type": "object", "properties": {"main": {"$ref": "#/$defs/item"},
                                              "extra": {"type": "array", "items": {"$ref": "#/$defs/item"}, "maxItems": 2}},

@@ -78,6 +78,30 @@ TEST(JsonSchema, StringLengthsAndPatterns) {
   EXPECT_FALSE(accepts(p, "\"ab-123\""));
 }
 
+std::pair<std::string, bool> refusal(const char* text, bool strict);
+
+// minLength beside a pattern: the output matches the pattern and is long enough, and the matcher
+// knows the fewest bytes that get there from each state.
+TEST(JsonSchema, PatternWithMinAndMaxLength) {
+  auto g = schema(R"({"type":"string","pattern":"^[a-z]+(-[0-9]{2})*$","minLength":7,"maxLength":10})");
+  EXPECT_TRUE(accepts(g, "\"abcdefg\""));
+  EXPECT_TRUE(accepts(g, "\"ab-12-34\""));
+  EXPECT_FALSE(accepts(g, "\"ab-12\""));        // too short
+  EXPECT_FALSE(accepts(g, "\"abcdefghijk\""));  // too long
+  EXPECT_FALSE(accepts(g, "\"ab-1234\""));      // not the pattern
+  GrammarMatcher m(g.get());
+  EXPECT_EQ(m.min_bytes(), 9);  // quote, seven characters, quote
+  m.feed("\"ab-1", 5);
+  EXPECT_EQ(m.min_bytes(), 5);  // "ab-12" is too short: "2-00" and the quote
+  m.feed("2", 1);
+  EXPECT_EQ(m.min_bytes(), 4);  // "-00" and the quote
+  m.feed("-00", 3);
+  EXPECT_EQ(m.min_bytes(), 1);  // long enough: the quote
+  EXPECT_EQ(refusal(R"({"type":"string","pattern":"^[a-z]{2}$","minLength":3})", false).first, "minLength");
+  EXPECT_EQ(refusal(R"({"type":"string","pattern":"^[a-z]{2,}$","minLength":5,"maxLength":4})", false).first, "maxLength");
+}
+
+
 TEST(JsonSchema, AnyOfRefsAndRecursion) {
   auto g = schema(R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},
                         "next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"]}},
@@ -141,7 +165,7 @@ TEST(JsonSchema, NotStrictIgnoresWhatCannotBeEnforced) {
       {R"({"allOf":[{"type":"integer"},{"type":"number"}]})", "allOf"},
       {R"({"$defs":{"n":{"type":"integer"}},"$ref":"#/$defs/n","type":"integer"})", "$ref"},
       {R"j({"type":"string","pattern":"a(?=b)"})j", "pattern"},
-      {R"({"type":"string","pattern":"[a-z]+","minLength":2})", "minLength"},
+      {R"({"type":"string","pattern":"[a-z]+","minLength":2000})", "minLength"},
       {R"({"type":"string","x-vendor-hint":true})", "x-vendor-hint"},
   };
   for (const auto& [text, keyword] : cases) {
@@ -161,7 +185,7 @@ TEST(JsonSchema, NotStrictIgnoresWhatCannotBeEnforced) {
   auto lookahead = lenient(R"j({"type":"string","pattern":"a(?=b)","maxLength":3})j");
   EXPECT_TRUE(accepts(lookahead, "\"zzz\""));
   EXPECT_FALSE(accepts(lookahead, "\"zzzz\""));
-  auto pattern_and_min = lenient(R"({"type":"string","pattern":"^[a-z]+$","minLength":3})");
+  auto pattern_and_min = lenient(R"({"type":"string","pattern":"^[a-z]+$","minLength":2000})");
   EXPECT_TRUE(accepts(pattern_and_min, "\"ab\""));  // the pattern holds, the minimum does not
   EXPECT_FALSE(accepts(pattern_and_min, "\"AB\""));
   auto ref = lenient(R"({"$defs":{"n":{"type":"integer"}},"$ref":"#/$defs/n","minimum":1,"type":"string"})");
@@ -287,6 +311,8 @@ TEST(TokenMask, RandomOutputsAreValidAndFitTheBudget) {
       {R"({"type":"object","properties":{"name":{"type":"string"},"n":{"type":"integer"}},"required":["n"],
           "additionalProperties":{"type":"boolean"}})", 40},
       {R"({"anyOf":[{"type":"integer"},{"type":"string","pattern":"[a-c]{2,4}"}]})", 12},
+      {R"({"type":"object","properties":{"code":{"type":"string","pattern":"^[a-z]+(-[0-9]{2})*$","minLength":7,
+          "maxLength":10}},"required":["code"]})", 24},
   };
   for (const Case& c : cases) {
     auto g = schema(c.schema);
