@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -52,6 +53,27 @@ const char* misfit(const json& value, ValueKind kind) {
     case ValueKind::array: return value.is_array() ? nullptr : "an array";
   }
   return nullptr;
+}
+
+// Numeric bounds are enforced on integers, whose digits are checked as they come.
+const std::set<std::string> kBounds = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+
+bool integer_typed(const json& schema) {
+  if (!schema.contains("type")) return false;
+  const json& type = schema["type"];
+  bool integer = false;
+  for (const json& name : type.is_array() ? type : json::array({type})) {
+    if (name == "number") return false;
+    integer |= name == "integer";
+  }
+  return integer;
+}
+
+// The text length of the integer in [lo, hi] closest to zero.
+int64_t integer_text_bytes(int64_t lo, int64_t hi) {
+  if (lo <= 0 && hi >= 0) return 1;
+  const int64_t nearest = lo > 0 ? lo : -hi;
+  return int64_t(std::to_string(nearest).size()) + (lo > 0 ? 0 : 1);
 }
 
 int32_t add_node(Grammar& g, GrammarNode node) {
@@ -118,8 +140,9 @@ class Compiler {
       return any_value_node(g_);
     }
     if (!schema.is_object()) throw SchemaError("schema", "a schema must be an object or a boolean");
+    const bool integer = integer_typed(schema);
     for (auto& [key, value] : schema.items()) {
-      if (kIgnored.count(key) || kSupported.count(key)) continue;
+      if (kIgnored.count(key) || kSupported.count(key) || (integer && kBounds.count(key))) continue;
       auto narrowing = kNarrowing.find(key);
       if (narrowing == kNarrowing.end()) {
         cannot_enforce(key, "the schema keyword '" + key + "' is not supported");
@@ -248,6 +271,7 @@ class Compiler {
       if (node.max_length >= 0 && shortest > node.max_length)
         throw SchemaError("maxLength", "'maxLength' is shorter than any string matching 'pattern' and 'minLength'");
     }
+    if (integer_typed(schema)) integer_bounds(schema, node);
     if (schema.contains("minItems")) node.min_items = non_negative(schema, "minItems");
     if (schema.contains("maxItems")) node.max_items = non_negative(schema, "maxItems");
     if (node.max_items >= 0 && node.max_items < node.min_items)
@@ -267,6 +291,33 @@ class Compiler {
     }
     object(schema, node, depth);
     return add_node(g_, std::move(node));
+  }
+
+  // minimum, maximum and their exclusive forms (numbers; draft 4's booleans too) as the
+  // integers inside them, within the digits a generated integer may have.
+  void integer_bounds(const json& schema, GrammarNode& node) {
+    const double largest = std::pow(10.0, kMaxIntegerDigits) - 1;
+    double lo = -largest, hi = largest;
+    auto bound = [&](const char* keyword) -> const json* {
+      if (!schema.contains(keyword)) return nullptr;
+      const json& v = schema[keyword];
+      const bool flag = v.is_boolean() && std::string_view(keyword).starts_with("exclusive");
+      if (!v.is_number() && !flag) throw SchemaError(keyword, std::string("'") + keyword + "' must be a number");
+      return &v;
+    };
+    const json *minimum = bound("minimum"), *maximum = bound("maximum");
+    const json *above = bound("exclusiveMinimum"), *below = bound("exclusiveMaximum");
+    if (minimum) lo = std::max(lo, std::ceil(minimum->get<double>()));
+    if (maximum) hi = std::min(hi, std::floor(maximum->get<double>()));
+    if (above && above->is_number()) lo = std::max(lo, std::floor(above->get<double>()) + 1);
+    if (below && below->is_number()) hi = std::min(hi, std::ceil(below->get<double>()) - 1);
+    if (above && above->is_boolean() && above->get<bool>() && minimum) lo = std::max(lo, std::floor(minimum->get<double>()) + 1);
+    if (below && below->is_boolean() && below->get<bool>() && maximum) hi = std::min(hi, std::ceil(maximum->get<double>()) - 1);
+    if (lo > hi)
+      throw SchemaError(minimum || above ? "minimum" : "maximum",
+                        "no integer of at most " + std::to_string(kMaxIntegerDigits) + " digits lies within 'minimum' and 'maximum'");
+    node.bounded = true;
+    node.minimum = int64_t(lo), node.maximum = int64_t(hi);
   }
 
   void object(const json& schema, GrammarNode& node, int depth) {
@@ -335,7 +386,8 @@ void compute_min_bytes(Grammar& g) {
         case NodeKind::value: {
           if (node.types & kNull) best = 4;
           if (node.types & kBool) best = std::min<int64_t>(best, 4);
-          if (node.types & (kInteger | kNumber)) best = std::min<int64_t>(best, 1);
+          if (node.types & (kInteger | kNumber))
+            best = std::min(best, node.bounded ? integer_text_bytes(node.minimum, node.maximum) : 1);
           if (node.types & kString) {
             int64_t chars = node.min_length;
             if (node.regex >= 0) chars = regex_distance(g.regexes[node.regex], kRegexStart, node.min_length);

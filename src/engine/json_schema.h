@@ -8,7 +8,7 @@
 // strings whose escapes are \" \\ \/ \b \f \n \r \t \uXXXX, objects whose properties are only
 // the listed ones unless additionalProperties is true or a schema. Supported keywords: type
 // (a name or a list), properties, required, additionalProperties, enum, const, items,
-// minItems, maxItems, anyOf, oneOf (as anyOf), allOf with one member, $ref to "#",
+// minItems, maxItems, minimum / maximum / exclusiveMinimum / exclusiveMaximum of an integer, anyOf, oneOf (as anyOf), allOf with one member, $ref to "#",
 // "#/$defs/NAME" or "#/definitions/NAME", minLength, maxLength, pattern (the subset below; with
 // a minLength of at most 1024). Annotations (title, description, default, examples, format,
 // contentEncoding, $schema, $id, $comment, deprecated, readOnly, writeOnly, strict) are ignored.
@@ -71,6 +71,7 @@ bool regex_accepts(const Regex& regex, uint64_t state);
 int32_t regex_distance(const Regex& regex, uint64_t state, int32_t at_least = 0);
 
 inline constexpr std::string_view kCoderClose = "\n</parameter>\n";  // after a Coder value
+inline constexpr int kMaxIntegerDigits = 15, kMaxFractionDigits = 6;  // of a generated number
 inline constexpr std::string_view kCoderEnd = "</function>";
 
 enum class NodeKind : uint8_t {
@@ -94,6 +95,9 @@ struct GrammarNode {
   int32_t min_length = 0, max_length = -1;  // characters; -1 = unbounded
   int32_t regex = -1;                       // index into Grammar::regexes
   bool raw = false;  // a Qwen3-Coder string: no quotes, no '<' or control bytes, ends at "\n"
+  // integer (a node without the number type): minimum and maximum, inclusive
+  bool bounded = false;
+  int64_t minimum = 0, maximum = 0;
   // array
   int32_t items = -1;  // -1 = any value
   int32_t min_items = 0, max_items = -1;

@@ -19,7 +19,8 @@ CODER_TEMPLATE = os.path.join(SHARED, "text", "qwen3-coder", "chat_template.jinj
 MESSAGES = [{"role": "user", "content": "Describe a person."}]
 
 SCHEMAS = {
-    "flat": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer"},
+    "flat": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                              "age": {"type": "integer", "minimum": 0, "exclusiveMaximum": 130},
                                               "score": {"type": "number"}, "ok": {"type": "boolean"}},
              "required": ["name", "age", "score", "ok"], "additionalProperties": False},
     "nested": {"type": "object", "properties": {
@@ -114,7 +115,7 @@ def check_errors(s):
             "type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": strict}}})
         check(status == 400 and r["error"]["param"] == "response_format", f"{schema}: {status} {r}")
         return r["error"]["message"]
-    check("'minimum'" in error({"type": "integer", "minimum": 3}), "the unsupported keyword is named")
+    check("'minimum'" in error({"type": "number", "minimum": 3}), "the unsupported keyword is named")
     check("'uniqueItems'" in error({"type": "array", "uniqueItems": True}), "the unsupported keyword is named")
     check("'pattern'" in error({"type": "string", "pattern": "a(?=b)"}), "an unsupported pattern is named")
     for strict in (True, False):  # malformed: refused either way
@@ -140,13 +141,14 @@ def check_errors(s):
 
 
 # strict false (OpenAI's default): what only narrows the values and cannot be enforced is ignored;
-# the output then fits the schema without those keywords.
+# the output then fits the schema without those keywords (an integer's bounds still hold).
 LENIENT = {"type": "object", "properties": {
-    "count": {"type": "integer", "minimum": 1, "maximum": 9},
+    "count": {"type": "integer", "minimum": 1, "maximum": 9},  # enforced: an integer's bounds are
+    "ratio": {"type": "number", "minimum": 0.5, "multipleOf": 0.25},
     "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "uniqueItems": True, "maxItems": 3},
     "code": {"type": "string", "pattern": "^(?!x)[a-z]{2}$", "maxLength": 5}},
-    "required": ["count", "tags", "code"], "minProperties": 3, "additionalProperties": False}
-UNENFORCEABLE = {"minimum", "maximum", "uniqueItems", "minProperties", "pattern"}
+    "required": ["count", "ratio", "tags", "code"], "minProperties": 3, "additionalProperties": False}
+UNENFORCEABLE = {"uniqueItems", "minProperties", "pattern"}  # and a number's minimum, multipleOf
 
 
 def without(schema, keywords):
@@ -155,8 +157,11 @@ def without(schema, keywords):
     return schema
 
 
+LOOSER = without(dict(LENIENT, properties=dict(LENIENT["properties"], ratio={"type": "number"})), UNENFORCEABLE)
+
+
 def check_lenient(s):
-    looser = without(LENIENT, UNENFORCEABLE)
+    looser = LOOSER
     for strict in (False, None):
         spec = {"name": "lenient", "schema": LENIENT}
         if strict is not None:
@@ -168,7 +173,7 @@ def check_lenient(s):
             validate(choice["message"]["content"], looser, f"strict {strict}")
     status, r = s.post("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 10, "response_format": {
         "type": "json_schema", "json_schema": {"name": "lenient", "schema": LENIENT, "strict": True}}})
-    named = [k for k in UNENFORCEABLE if f"keyword '{k}'" in r["error"]["message"]]
+    named = [k for k in UNENFORCEABLE | {"minimum", "multipleOf"} if f"keyword '{k}'" in r["error"]["message"]]
     check(status == 400 and named and "strict" in r["error"]["message"], f"strict true: {status} {r}")
     # Tool parameters: strict only when the function says so.
     tool = {"type": "function", "function": {"name": "count", "parameters": LENIENT}}
@@ -178,7 +183,7 @@ def check_lenient(s):
     validate(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], looser, "lenient tool arguments")
     strict_tool = {"type": "function", "function": dict(tool["function"], strict=True)}
     status, r = s.post("/v1/chat/completions", dict(body, tools=[strict_tool]))
-    named = [k for k in UNENFORCEABLE if f"keyword '{k}'" in r["error"]["message"]]
+    named = [k for k in UNENFORCEABLE | {"minimum", "multipleOf"} if f"keyword '{k}'" in r["error"]["message"]]
     check(status == 400 and r["error"]["param"] == "tools" and named, f"strict tool: {status} {r}")
 
 

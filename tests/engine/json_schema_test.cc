@@ -80,6 +80,34 @@ TEST(JsonSchema, StringLengthsAndPatterns) {
 
 std::pair<std::string, bool> refusal(const char* text, bool strict);
 
+// An integer's bounds hold digit by digit: a prefix that no more digits can bring within them is
+// refused, and the matcher knows the fewest digits that get there.
+TEST(JsonSchema, IntegerBounds) {
+  auto g = schema(R"({"type":"integer","minimum":-12,"maximum":250})");
+  for (const char* ok : {"-12", "-1", "0", "-0", "7", "99", "250"}) EXPECT_TRUE(accepts(g, ok)) << ok;
+  for (const char* bad : {"-13", "-120", "251", "1000", "2500", "1.5"}) EXPECT_FALSE(accepts(g, bad)) << bad;
+  auto far = schema(R"({"type":["integer","null"],"exclusiveMinimum":999.5,"maximum":1000000})");
+  EXPECT_FALSE(accepts(far, "999"));
+  EXPECT_TRUE(accepts(far, "1000"));
+  EXPECT_TRUE(accepts(far, "null"));
+  EXPECT_FALSE(accepts(far, "1000001"));
+  GrammarMatcher m(far.get());
+  EXPECT_EQ(m.min_bytes(), 4);  // null, or 1000
+  m.feed("5", 1);
+  EXPECT_EQ(m.min_bytes(), 3);  // 5000
+  EXPECT_FALSE(GrammarMatcher(far.get()).feed("-", 1));
+  auto draft4 = schema(R"({"type":"integer","minimum":0,"exclusiveMinimum":true,"maximum":3,"exclusiveMaximum":true})");
+  EXPECT_FALSE(accepts(draft4, "0"));
+  EXPECT_TRUE(accepts(draft4, "1"));
+  EXPECT_TRUE(accepts(draft4, "2"));
+  EXPECT_FALSE(accepts(draft4, "3"));
+  auto negative = schema(R"({"type":"integer","maximum":-40})");
+  GrammarMatcher n(negative.get());
+  EXPECT_EQ(n.min_bytes(), 3);  // -40
+  EXPECT_FALSE(GrammarMatcher(negative.get()).feed("4", 1));
+  EXPECT_TRUE(accepts(negative, "-123456789012345"));
+}
+
 // minLength beside a pattern: the output matches the pattern and is long enough, and the matcher
 // knows the fewest bytes that get there from each state.
 TEST(JsonSchema, PatternWithMinAndMaxLength) {
@@ -126,7 +154,7 @@ TEST(JsonSchema, ErrorsNameTheKeyword) {
     }
     return std::string("none");
   };
-  EXPECT_EQ(keyword_of(R"({"type":"integer","minimum":3})"), "minimum");
+  EXPECT_EQ(keyword_of(R"({"type":"number","minimum":3})"), "minimum");
   EXPECT_EQ(keyword_of(R"({"type":"strin"})"), "type");
   EXPECT_EQ(keyword_of(R"({"$ref":"#/components/x"})"), "$ref");
   EXPECT_EQ(keyword_of(R"({"type":"string","pattern":"(a"})"), "pattern");
@@ -154,7 +182,7 @@ std::pair<std::string, bool> refusal(const char* text, bool strict) {
 // are unknown keywords; strict refuses them, naming the keyword.
 TEST(JsonSchema, NotStrictIgnoresWhatCannotBeEnforced) {
   const std::vector<std::pair<const char*, const char*>> cases = {
-      {R"({"type":"integer","minimum":3})", "minimum"},
+      {R"({"type":"number","minimum":3})", "minimum"},
       {R"({"type":"number","exclusiveMaximum":1.5,"multipleOf":0.5})", "exclusiveMaximum"},
       {R"({"type":"array","items":{"type":"string"},"uniqueItems":true})", "uniqueItems"},
       {R"({"type":"object","minProperties":1,"patternProperties":{"^x":{}}})", "minProperties"},
@@ -174,10 +202,9 @@ TEST(JsonSchema, NotStrictIgnoresWhatCannotBeEnforced) {
   }
   // The output follows the schema without those keywords.
   auto lenient = [](const char* text) { return compile_json_schema(json::parse(text), false); };
-  auto bounded = lenient(R"({"type":"integer","minimum":3,"maximum":5})");
-  EXPECT_TRUE(accepts(bounded, "10"));
+  auto bounded = lenient(R"({"type":"number","minimum":3,"maximum":5})");
+  EXPECT_TRUE(accepts(bounded, "10.5"));
   EXPECT_FALSE(accepts(bounded, "\"4\""));
-  EXPECT_FALSE(accepts(bounded, "4.5"));
   auto unique = lenient(R"({"type":"array","items":{"type":"integer"},"uniqueItems":true,"maxItems":2})");
   EXPECT_TRUE(accepts(unique, "[1,1]"));
   EXPECT_FALSE(accepts(unique, "[1,2,3]"));
@@ -204,6 +231,10 @@ TEST(JsonSchema, NotStrictIgnoresWhatCannotBeEnforced) {
 TEST(JsonSchema, MalformedSchemasAreRefusedEvenWhenNotStrict) {
   const std::vector<std::pair<const char*, const char*>> cases = {
       {R"({"type":"integer","minimum":"3"})", "minimum"},
+      {R"({"type":"number","maximum":"3"})", "maximum"},
+      {R"({"type":"integer","minimum":5,"maximum":4})", "minimum"},
+      {R"({"type":"integer","exclusiveMinimum":4,"exclusiveMaximum":5})", "minimum"},
+      {R"({"type":"integer","minimum":1e16})", "minimum"},
       {R"({"type":"array","uniqueItems":1})", "uniqueItems"},
       {R"({"type":"object","minProperties":-1})", "minProperties"},
       {R"({"not":3})", "not"},
@@ -225,7 +256,7 @@ TEST(JsonSchema, MalformedSchemasAreRefusedEvenWhenNotStrict) {
 TEST(JsonSchema, ToolParametersAreStrictOnlyWhenTheFunctionSaysSo) {
   auto tools = [](const char* strict) {
     return json::parse(std::string(R"([{"type":"function","function":{"name":"f",)") + strict +
-                       R"("parameters":{"type":"object","properties":{"n":{"type":"integer","minimum":1}},"required":["n"]}}}])");
+                       R"("parameters":{"type":"object","properties":{"n":{"type":"number","minimum":1}},"required":["n"]}}}])");
   };
   auto lenient = compile_tool_calls(tools(""), ToolCallStyle::hermes, "", 1);
   EXPECT_TRUE(accepts(lenient, "<tool_call>\n{\"name\":\"f\",\"arguments\":{\"n\":0}}\n</tool_call>"));
@@ -313,6 +344,7 @@ TEST(TokenMask, RandomOutputsAreValidAndFitTheBudget) {
       {R"({"anyOf":[{"type":"integer"},{"type":"string","pattern":"[a-c]{2,4}"}]})", 12},
       {R"({"type":"object","properties":{"code":{"type":"string","pattern":"^[a-z]+(-[0-9]{2})*$","minLength":7,
           "maxLength":10}},"required":["code"]})", 24},
+      {R"({"type":"array","items":{"type":"integer","minimum":-300,"maximum":4000},"minItems":2,"maxItems":4})", 24},
   };
   for (const Case& c : cases) {
     auto g = schema(c.schema);
@@ -369,6 +401,15 @@ TEST(TokenMask, TightBudgetAllowsOnlyWhatStillCloses) {
   EXPECT_TRUE(c.allowed(vocab()->find("x")));
   EXPECT_TRUE(c.mask(logits, 1));  // out of reach anyway: the grammar alone, best effort
   EXPECT_TRUE(c.allowed(vocab()->find("x")));
+  // The grammar alone still refuses what can never end: a tool call's "arguments" before its name.
+  spec.grammar = compile_tool_calls(json::parse(R"([{"type":"function","function":{"name":"f"}}])"), ToolCallStyle::hermes, "", 1);
+  TokenConstraint call(spec, vocab(), {vocab()->find("<|im_end|>")});
+  for (const char* piece : {"<tool_call>", "\n", "{\""}) call.accept(vocab()->find(piece));
+  ASSERT_GE(vocab()->find("arguments"), 0);
+  ASSERT_GE(vocab()->find("name"), 0);
+  EXPECT_TRUE(call.mask(logits, 2));
+  EXPECT_TRUE(call.allowed(vocab()->find("name")));
+  EXPECT_FALSE(call.allowed(vocab()->find("arguments")));
 }
 
 TEST(TokenMask, ThinkingIsFreeUntilItsEnd) {
