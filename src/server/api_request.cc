@@ -253,7 +253,8 @@ ChatRequest parse_chat_request(const json& body, const SamplingParams& defaults)
         throw_bad_request("'tool_choice' must be auto, none, required or a named function", "tool_choice");
     } else if (choice->is_object() && choice->contains("function") && (*choice)["function"].is_object() &&
                (*choice)["function"].contains("name") && (*choice)["function"]["name"].is_string()) {
-      r.tool_choice = (*choice)["function"]["name"].get<std::string>();
+      r.tool_choice = "function";  // apart from the name, which may well be "none"
+      r.forced_function = (*choice)["function"]["name"].get<std::string>();
     } else {
       throw_bad_request("'tool_choice' must be auto, none, required or a named function", "tool_choice");
     }

@@ -49,7 +49,8 @@ constexpr int kMaxChoices = 16;
 struct ChatRequest : SamplingRequest {
   nlohmann::ordered_json messages;                                   // non-empty array of objects
   nlohmann::ordered_json tools = nlohmann::ordered_json::array();
-  std::string tool_choice = "auto";  // auto | none | required | the name of a forced function
+  std::string tool_choice = "auto";  // auto | none | required | function (forced_function)
+  std::string forced_function;       // tool_choice {"type": "function", ...}: its name
   bool parallel_tool_calls = true;
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
 };

@@ -54,10 +54,10 @@ std::shared_ptr<const OutputConstraint> chat_constraint(const ChatRequest& r, To
     if (r.tools.empty()) throw_bad_request("'tool_choice' " + r.tool_choice + " needs 'tools'", "tool_choice");
     if (format == ToolCallFormat::none)
       throw_bad_request("the chat template has no tool-call format, so a tool call cannot be forced", "tool_choice");
-    const bool named = r.tool_choice != "required";
+    const bool named = r.tool_choice == "function";
     const auto style = format == ToolCallFormat::qwen3_coder_xml ? ToolCallStyle::qwen3_coder : ToolCallStyle::hermes;
     try {
-      constraint->grammar = compile_tool_calls(nlohmann::json(r.tools), style, named ? r.tool_choice : "",
+      constraint->grammar = compile_tool_calls(nlohmann::json(r.tools), style, r.forced_function,
                                                named || !r.parallel_tool_calls ? 1 : kMaxParallelCalls);
     } catch (const SchemaError& e) {
       throw_bad_request("tools: " + schema_error_text(e, "the function's 'strict': false"),

@@ -127,6 +127,12 @@ def check_errors(s):
     check(status == 400 and r["error"]["param"] == "tool_choice", f"unknown named function: {status} {r}")
     status, r = s.post("/v1/chat/completions", {"messages": MESSAGES, "tool_choice": "required"})
     check(status == 400, f"required without tools: {status} {r}")
+    # A function called "none", forced by name, is called (tool_choice "none" is another thing).
+    named_none = [{"type": "function", "function": {"name": "none", "parameters": {"type": "object", "properties": {}}}}]
+    status, r = s.post("/v1/chat/completions", {"messages": MESSAGES, "tools": named_none, "max_tokens": 40,
+                                                "tool_choice": {"type": "function", "function": {"name": "none"}}})
+    calls = r["choices"][0]["message"].get("tool_calls") or [] if status == 200 else []
+    check(len(calls) == 1 and calls[0]["function"]["name"] == "none", f"a function named none: {status} {r}")
     # Too few tokens to close the JSON: cut, and said so.
     long = {"type": "object", "properties": {"text": {"type": "string", "minLength": 40}}, "required": ["text"]}
     status, r = s.post("/v1/chat/completions", schema_body("long", long, 1, max_tokens=12, n=1))

@@ -153,8 +153,14 @@ TEST(ChatRequest, ToolChoiceForms) {
   EXPECT_EQ(parse_chat_request(body, defaults()).tool_choice, "none");
   body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
   ChatRequest r = parse_chat_request(body, defaults());
-  EXPECT_EQ(r.tool_choice, "get_weather");
+  EXPECT_EQ(r.tool_choice, "function");
+  EXPECT_EQ(r.forced_function, "get_weather");
   EXPECT_EQ(r.tools.size(), 1u);
+  // A function may be called "none": forcing it is not tool_choice "none".
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "none"}}}};
+  r = parse_chat_request(body, defaults());
+  EXPECT_EQ(r.tool_choice, "function");
+  EXPECT_EQ(r.forced_function, "none");
 }
 
 TEST(CompletionRequest, PromptForms) {
