@@ -1,6 +1,6 @@
 // Fuzzes the schema compiler and the byte matcher (engine/json_schema.h, grammar_matcher.h).
-// Input: a mode byte, a schema (JSON; or a pattern; or tool parameters), then after a NUL the
-// bytes to feed. Bad schemas must throw SchemaError, never crash or hang. For a schema that
+// Input: a mode byte (bits 0-1: schema, pattern or tool parameters in either format; bit 2: not
+// strict), a schema (JSON; or a pattern; or tool parameters), then after a NUL the bytes to feed. Bad schemas must throw SchemaError, never crash or hang. For a schema that
 // compiles, the matcher takes the bytes, and from every state it reaches the budget logic holds:
 // some byte brings the end exactly one byte closer, so a walk of min_bytes() bytes completes it.
 #include <cstdint>
@@ -48,6 +48,7 @@ int nesting(std::string_view text) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1 || size > 4096) return 0;
   const uint8_t mode = data[0] % 4;
+  const bool strict = (data[0] & 4) == 0;
   std::string_view rest(reinterpret_cast<const char*>(data + 1), size - 1);
   size_t split = rest.find('\0');
   std::string_view schema_text = rest.substr(0, split);
@@ -66,10 +67,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     nlohmann::json schema = nlohmann::json::parse(schema_text, nullptr, /*allow_exceptions=*/false);
     if (schema.is_discarded()) return 0;
     if (mode == 0) {
-      grammar = ellm::compile_json_schema(schema);
+      grammar = ellm::compile_json_schema(schema, strict);
     } else {
       nlohmann::json tools = nlohmann::json::array({{{"type", "function"},
-                                                     {"function", {{"name", "f"}, {"parameters", schema}}}}});
+                                                     {"function", {{"name", "f"}, {"strict", strict}, {"parameters", schema}}}}});
       grammar = ellm::compile_tool_calls(tools, mode == 2 ? ellm::ToolCallStyle::hermes : ellm::ToolCallStyle::qwen3_coder,
                                          "", 2);
     }

@@ -1,6 +1,8 @@
-// Fuzzes OutputParser with random text pushed in random pieces. Checks that the streamed deltas
-// add up to result(), that the result does not depend on the split, and that every tool call's
-// arguments are a JSON object.
+// Fuzzes OutputParser with random text pushed in random pieces, tool calls sent whole and
+// streamed. Checks that the deltas add up to result(), that the result does not depend on the
+// split, that every tool call sent whole has a JSON object for arguments, and that streaming the
+// calls keeps every call the whole parse finds, unchanged (it may add calls that went wrong
+// after their name was sent).
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -26,9 +28,10 @@ void check(bool ok) {
   if (!ok) std::abort();
 }
 
-ParsedOutput run(uint8_t flags, const std::string& text, const std::vector<size_t>& cuts) {
+ParsedOutput run(uint8_t flags, bool stream_calls, const std::string& text, const std::vector<size_t>& cuts) {
   auto format = static_cast<ellm::ToolCallFormat>(flags % 3);
   OutputParser parser(format, flags & 4, flags & 8, (flags & 16) ? tools() : nlohmann::json());
+  if (stream_calls) parser.stream_tool_calls();
   ParsedOutput streamed;
   auto add = [&](const ellm::OutputDelta& delta) {
     streamed.content += delta.content;
@@ -55,7 +58,7 @@ ParsedOutput run(uint8_t flags, const std::string& text, const std::vector<size_
     check(streamed.tool_calls[i].name == result.tool_calls[i].name);
     check(streamed.tool_calls[i].arguments == result.tool_calls[i].arguments);
     auto arguments = nlohmann::json::parse(result.tool_calls[i].arguments, nullptr, false);
-    check(arguments.is_object());
+    check(stream_calls || arguments.is_object());
   }
   return result;
 }
@@ -75,13 +78,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (pos >= text.size()) break;
     cuts.push_back(pos);
   }
-  ParsedOutput whole = run(flags, text, {});
-  ParsedOutput pieces = run(flags, text, cuts);
-  check(whole.content == pieces.content && whole.reasoning == pieces.reasoning);
-  check(whole.tool_calls.size() == pieces.tool_calls.size());
-  for (size_t i = 0; i < whole.tool_calls.size(); ++i) {
-    check(whole.tool_calls[i].name == pieces.tool_calls[i].name);
-    check(whole.tool_calls[i].arguments == pieces.tool_calls[i].arguments);
+  ParsedOutput results[2];  // [stream_calls]
+  for (bool stream_calls : {false, true}) {
+    ParsedOutput whole = run(flags, stream_calls, text, {});
+    ParsedOutput pieces = run(flags, stream_calls, text, cuts);
+    check(whole.content == pieces.content && whole.reasoning == pieces.reasoning);
+    check(whole.tool_calls.size() == pieces.tool_calls.size());
+    for (size_t i = 0; i < whole.tool_calls.size(); ++i) {
+      check(whole.tool_calls[i].name == pieces.tool_calls[i].name);
+      check(whole.tool_calls[i].arguments == pieces.tool_calls[i].arguments);
+    }
+    results[stream_calls] = std::move(pieces);
   }
+  const auto& sent_whole = results[0].tool_calls;
+  size_t found = 0;
+  for (const auto& call : results[1].tool_calls)
+    if (found < sent_whole.size() && call.name == sent_whole[found].name && call.arguments == sent_whole[found].arguments)
+      ++found;
+  check(found == sent_whole.size());
   return 0;
 }

@@ -24,7 +24,6 @@ enum Stage : uint8_t {
 };
 
 constexpr const char* kWords[] = {"true", "false", "null"};
-constexpr int kMaxIntDigits = 15, kMaxFracDigits = 6;
 constexpr int64_t kFar = INT64_MAX / 4;
 
 bool is_digit(int b) { return b >= '0' && b <= '9'; }
@@ -144,29 +143,23 @@ GrammarMatcher::Step GrammarMatcher::step(Thread& t, Frame& f, int b) {
       if (b == '{' && (n.types & kObject)) return f.stage = kObjectOpen, Step::consumed;
       if (b == '[' && (n.types & kArray)) return f.stage = kArrayOpen, Step::consumed;
       if (b == '"' && (n.types & kString)) return f.stage = kStr, f.bits = kRegexStart, Step::consumed;
-      if (n.types & (kInteger | kNumber)) {
-        if (b == '-') return f.stage = kNumMinus, Step::consumed;
-        if (b == '0') return f.stage = kNumZero, Step::consumed;
-        if (b >= '1' && b <= '9') return f.stage = kNumInt, f.count = 1, Step::consumed;
-      }
+      if ((n.types & (kInteger | kNumber)) && (b == '-' || is_digit(b))) return integer_byte(f, n, b);
       if ((b == 't' || b == 'f') && (n.types & kBool)) return f.stage = kWord, f.lo = b == 't' ? 0 : 1, f.pos = 1, Step::consumed;
       if (b == 'n' && (n.types & kNull)) return f.stage = kWord, f.lo = 2, f.pos = 1, Step::consumed;
       return Step::dead;
     case kStr: case kStrEscape: case kStrHex:
       return string_byte(f, n, b, false);
     case kNumMinus:
-      if (b == '0') return f.stage = kNumZero, Step::consumed;
-      if (b >= '1' && b <= '9') return f.stage = kNumInt, f.count = 1, Step::consumed;
-      return Step::dead;
+      return is_digit(b) ? integer_byte(f, n, b) : Step::dead;
     case kNumZero: case kNumInt:
-      if (f.stage == kNumInt && is_digit(b) && f.count < kMaxIntDigits) return ++f.count, Step::consumed;
-      if (b == '.' && (n.types & kNumber)) return f.stage = kNumDot, Step::consumed;
-      return is_digit(b) ? Step::dead : Step::pop_retry;
+      if (is_digit(b)) return integer_byte(f, n, b);
+      if (b == '.' && (n.types & kNumber)) return f.stage = kNumDot, f.count = 0, Step::consumed;
+      return n.bounded && digits_to_bounds(f, n) != 0 ? Step::dead : Step::pop_retry;
     case kNumDot:
       if (is_digit(b)) return f.stage = kNumFrac, f.count = 1, Step::consumed;
       return Step::dead;
     case kNumFrac:
-      if (is_digit(b)) return f.count < kMaxFracDigits ? (++f.count, Step::consumed) : Step::dead;
+      if (is_digit(b)) return f.count < kMaxFractionDigits ? (++f.count, Step::consumed) : Step::dead;
       return Step::pop_retry;
     case kWord: {
       const char* word = kWords[f.lo];
@@ -231,6 +224,35 @@ GrammarMatcher::Step GrammarMatcher::step(Thread& t, Frame& f, int b) {
       return push(t, n.children[0]) ? Step::retry : Step::dead;
   }
   return Step::dead;
+}
+
+// The sign or a digit of a number's integer part (count: its digits; bits: their value; lo: 1
+// when negative). A bounded integer's digits must still be able to end within its bounds.
+GrammarMatcher::Step GrammarMatcher::integer_byte(Frame& f, const GrammarNode& n, int b) {
+  if (b == '-') {
+    f.stage = kNumMinus, f.lo = 1;
+  } else {
+    if (f.stage == kNumZero || f.count == kMaxIntegerDigits) return Step::dead;
+    f.stage = b == '0' && f.count == 0 ? kNumZero : kNumInt;
+    f.bits = f.bits * 10 + uint64_t(b - '0');
+    ++f.count;
+  }
+  return n.bounded && digits_to_bounds(f, n) < 0 ? Step::dead : Step::consumed;
+}
+
+// The fewest digits that end the integer so far within [n.minimum, n.maximum]; -1: none can.
+int GrammarMatcher::digits_to_bounds(const Frame& f, const GrammarNode& n) const {
+  const int64_t magnitude = int64_t(f.bits);
+  int64_t scale = 1;  // 10^more
+  for (int more = 0; f.count + more <= kMaxIntegerDigits; ++more, scale *= 10) {
+    if (f.count == 0 && more == 0) continue;     // a sign alone is no number
+    if (f.stage == kNumZero && more > 0) break;  // nothing follows a leading 0
+    // The magnitudes `more` digits can make: no leading zero when there are no digits yet.
+    const int64_t low = f.count == 0 && more > 1 ? scale / 10 : magnitude * scale, high = magnitude * scale + scale - 1;
+    const int64_t from = f.lo ? -high : low, to = f.lo ? -low : high;
+    if (from <= n.maximum && to >= n.minimum) return more;
+  }
+  return -1;
 }
 
 // One byte of a string body (or of an object key that may be an additional property).
@@ -360,8 +382,8 @@ int64_t GrammarMatcher::string_bytes(const Frame& f, const GrammarNode& n, bool 
   int64_t chars = key ? 0 : std::max<int64_t>(0, n.min_length - f.count);
   if (f.stage != kStr) chars = std::max<int64_t>(0, chars - 1);  // the escape makes a character
   if (!key && n.regex >= 0) {
-    chars = regex_distance(g_->regexes[n.regex], f.bits);  // the compiler refuses minLength here
-    if (n.max_length >= 0 && f.count + chars > n.max_length) return kFar;  // no way to finish
+    chars = regex_distance(g_->regexes[n.regex], f.bits, n.min_length - f.count);
+    if (chars == INT32_MAX || (n.max_length >= 0 && f.count + chars > n.max_length)) return kFar;  // no way to finish
   }
   int64_t escape = f.stage == kStrEscape ? 1 : f.stage == kStrHex ? 4 - f.pos : 0;
   return escape + f.utf8_left + chars + (!key && n.raw ? 0 : 1);
@@ -386,8 +408,12 @@ int64_t GrammarMatcher::frame_bytes(const Frame& f) const {
   switch (f.stage) {
     case kStart: return n.min_bytes;
     case kStr: case kStrEscape: case kStrHex: return string_bytes(f, n, false);
-    case kNumMinus: case kNumDot: return 1;
-    case kNumZero: case kNumInt: case kNumFrac: return 0;
+    case kNumMinus: case kNumZero: case kNumInt: {
+      const int digits = n.bounded ? digits_to_bounds(f, n) : f.stage == kNumMinus;
+      return digits < 0 ? kFar : digits;
+    }
+    case kNumDot: return 1;
+    case kNumFrac: return 0;
     case kWord: return int64_t(std::strlen(kWords[f.lo])) - f.pos;
     case kArrayOpen: return n.min_items == 0 ? 1 : n.min_items * (item + 1);
     case kArrayAfter: return std::max(0, n.min_items - f.count) * (item + 1) + 1;

@@ -73,6 +73,8 @@ class GrammarMatcher {
   bool run(int thread, int byte);
   Step step(Thread& t, Frame& f, int byte);
   Step string_byte(Frame& f, const GrammarNode& n, int byte, bool key);
+  Step integer_byte(Frame& f, const GrammarNode& n, int byte);
+  int digits_to_bounds(const Frame& f, const GrammarNode& n) const;
   Step key_byte(Thread& t, Frame& f, const GrammarNode& n, int byte);
   Step literal_byte(Frame& f, const GrammarNode& n, int byte);
   bool push(Thread& t, int32_t node);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -14,14 +15,66 @@ namespace {
 
 constexpr int kMaxDepth = 48;
 constexpr int kMaxProperties = 63;  // the matcher keeps the properties seen in a 64-bit set
+constexpr int32_t kMaxPatternMinLength = 1024;  // a pattern's distance table has a row per character
 constexpr int64_t kInfinite = INT64_MAX / 4;
 
 const std::set<std::string> kIgnored = {
-    "title", "description", "default", "examples", "format", "$schema", "$id", "$comment",
-    "deprecated", "readOnly", "writeOnly", "strict", "$defs", "definitions", "name"};
+    "title", "description", "default", "examples", "format", "contentEncoding", "contentMediaType",
+    "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly", "strict", "$defs",
+    "definitions", "name"};
 const std::set<std::string> kSupported = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "items",
     "minItems", "maxItems", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern"};
+
+// Keywords that only narrow what a schema accepts and that the compiler cannot enforce, by the
+// JSON type their value must have. Not strict, they are ignored once that type is right.
+enum class ValueKind { number, number_or_boolean, boolean, count, schema, object, array };
+const std::map<std::string, ValueKind> kNarrowing = {
+    {"minimum", ValueKind::number}, {"maximum", ValueKind::number}, {"multipleOf", ValueKind::number},
+    {"exclusiveMinimum", ValueKind::number_or_boolean}, {"exclusiveMaximum", ValueKind::number_or_boolean},
+    {"uniqueItems", ValueKind::boolean}, {"minProperties", ValueKind::count}, {"maxProperties", ValueKind::count},
+    {"minContains", ValueKind::count}, {"maxContains", ValueKind::count}, {"contains", ValueKind::schema},
+    {"not", ValueKind::schema}, {"if", ValueKind::schema}, {"then", ValueKind::schema}, {"else", ValueKind::schema},
+    {"propertyNames", ValueKind::schema}, {"additionalItems", ValueKind::schema},
+    {"unevaluatedProperties", ValueKind::schema}, {"unevaluatedItems", ValueKind::schema},
+    {"contentSchema", ValueKind::schema}, {"patternProperties", ValueKind::object},
+    {"dependentRequired", ValueKind::object}, {"dependentSchemas", ValueKind::object},
+    {"dependencies", ValueKind::object}, {"prefixItems", ValueKind::array}};
+
+// What a narrowing keyword's value must be, or nullptr when it is that.
+const char* misfit(const json& value, ValueKind kind) {
+  switch (kind) {
+    case ValueKind::number: return value.is_number() ? nullptr : "a number";
+    case ValueKind::number_or_boolean: return value.is_number() || value.is_boolean() ? nullptr : "a number";
+    case ValueKind::boolean: return value.is_boolean() ? nullptr : "a boolean";
+    case ValueKind::count: return value.is_number_integer() && value.get<int64_t>() >= 0 ? nullptr : "a non-negative integer";
+    case ValueKind::schema: return value.is_object() || value.is_boolean() ? nullptr : "a schema";
+    case ValueKind::object: return value.is_object() ? nullptr : "an object";
+    case ValueKind::array: return value.is_array() ? nullptr : "an array";
+  }
+  return nullptr;
+}
+
+// Numeric bounds are enforced on integers, whose digits are checked as they come.
+const std::set<std::string> kBounds = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+
+bool integer_typed(const json& schema) {
+  if (!schema.contains("type")) return false;
+  const json& type = schema["type"];
+  bool integer = false;
+  for (const json& name : type.is_array() ? type : json::array({type})) {
+    if (name == "number") return false;
+    integer |= name == "integer";
+  }
+  return integer;
+}
+
+// The text length of the integer in [lo, hi] closest to zero.
+int64_t integer_text_bytes(int64_t lo, int64_t hi) {
+  if (lo <= 0 && hi >= 0) return 1;
+  const int64_t nearest = lo > 0 ? lo : -hi;
+  return int64_t(std::to_string(nearest).size()) + (lo > 0 ? 0 : 1);
+}
 
 int32_t add_node(Grammar& g, GrammarNode node) {
   g.nodes.push_back(std::move(node));
@@ -78,7 +131,7 @@ uint32_t type_bit(const json& name) {
 
 class Compiler {
  public:
-  Compiler(Grammar& g, const json& root) : g_(g), root_(root) {}
+  Compiler(Grammar& g, const json& root, bool strict) : g_(g), root_(root), strict_(strict) {}
 
   int32_t compile(const json& schema, int depth) {
     if (depth > kMaxDepth) throw SchemaError("schema", "the schema is nested too deeply");
@@ -87,17 +140,29 @@ class Compiler {
       return any_value_node(g_);
     }
     if (!schema.is_object()) throw SchemaError("schema", "a schema must be an object or a boolean");
-    for (auto& [key, value] : schema.items())
-      if (!kIgnored.count(key) && !kSupported.count(key))
-        throw SchemaError(key, "the schema keyword '" + key + "' is not supported");
+    const bool integer = integer_typed(schema);
+    for (auto& [key, value] : schema.items()) {
+      if (kIgnored.count(key) || kSupported.count(key) || (integer && kBounds.count(key))) continue;
+      auto narrowing = kNarrowing.find(key);
+      if (narrowing == kNarrowing.end()) {
+        cannot_enforce(key, "the schema keyword '" + key + "' is not supported");
+      } else if (const char* expected = misfit(value, narrowing->second)) {
+        throw SchemaError(key, "'" + key + "' must be " + expected);
+      } else {
+        cannot_enforce(key, "the schema keyword '" + key + "' cannot be enforced");
+      }
+    }
     if (schema.contains("$ref")) return reference(schema, depth);
     for (const char* keyword : {"anyOf", "oneOf"})
       if (schema.contains(keyword)) return alternatives(schema, keyword, depth);
     if (schema.contains("allOf")) {
       const json& all = schema["allOf"];
-      if (!all.is_array() || all.size() != 1 || schema.size() > 1 + count_ignored(schema))
-        throw SchemaError("allOf", "'allOf' is supported only with a single schema and nothing beside it");
-      return compile(all[0], depth + 1);
+      if (!all.is_array() || all.empty()) throw SchemaError("allOf", "'allOf' must be a non-empty array");
+      const bool alone = !has_siblings(schema);
+      if (all.size() > 1 || !alone)
+        cannot_enforce("allOf", "'allOf' is supported only with a single schema and nothing beside it");
+      // Not strict: the first member, or else the keywords beside allOf, accept more than all together.
+      if (alone) return compile(all[0], depth + 1);
     }
     if (schema.contains("const")) return literal_node(g_, {schema["const"].dump()});
     if (schema.contains("enum")) {
@@ -111,15 +176,20 @@ class Compiler {
   }
 
  private:
-  size_t count_ignored(const json& schema) {
-    size_t n = 0;
-    for (auto& [key, value] : schema.items()) n += kIgnored.count(key);
-    return n;
+  // A keyword the compiler cannot enforce: an error when strict, else the caller ignores it.
+  void cannot_enforce(const std::string& keyword, const std::string& message) const {
+    if (strict_) throw SchemaError(keyword, message, /*unsupported=*/true);
+  }
+
+  // Keywords beside the one at hand ($ref, anyOf, allOf) that would have to hold too.
+  bool has_siblings(const json& schema) const {
+    size_t used = 0;
+    for (auto& [key, value] : schema.items()) used += kSupported.count(key);
+    return used > 1;
   }
 
   int32_t reference(const json& schema, int depth) {
-    if (schema.size() > 1 + count_ignored(schema))
-      throw SchemaError("$ref", "'$ref' is supported only with nothing beside it");
+    if (has_siblings(schema)) cannot_enforce("$ref", "'$ref' is supported only with nothing beside it");
     if (!schema["$ref"].is_string()) throw SchemaError("$ref", "'$ref' must be a string");
     const std::string ref = schema["$ref"];
     auto known = refs_.find(ref);
@@ -146,8 +216,8 @@ class Compiler {
   int32_t alternatives(const json& schema, const char* keyword, int depth) {
     const json& list = schema[keyword];
     if (!list.is_array() || list.empty()) throw SchemaError(keyword, std::string("'") + keyword + "' must be a non-empty array");
-    if (schema.size() > 1 + count_ignored(schema))
-      throw SchemaError(keyword, std::string("'") + keyword + "' is supported only with nothing beside it");
+    if (has_siblings(schema))
+      cannot_enforce(keyword, std::string("'") + keyword + "' is supported only with nothing beside it");
     GrammarNode node;
     node.kind = NodeKind::choice;
     for (const json& alternative : list) node.children.push_back(compile(alternative, depth + 1));
@@ -180,28 +250,74 @@ class Compiler {
       throw SchemaError("maxLength", "'maxLength' is below 'minLength'");
     if (schema.contains("pattern")) {
       if (!schema["pattern"].is_string()) throw SchemaError("pattern", "'pattern' must be a string");
-      g_.regexes.push_back(compile_regex(schema["pattern"]));
-      node.regex = int32_t(g_.regexes.size() - 1);
-      // Lengths beside a pattern: a maximum is checked as the string grows; a minimum is not
-      // supported (it could leave the pattern no way to end).
-      if (node.min_length > 0) throw SchemaError("minLength", "'minLength' together with 'pattern' is not supported");
-      if (node.max_length >= 0 && regex_distance(g_.regexes.back(), kRegexStart) > node.max_length)
-        throw SchemaError("maxLength", "'maxLength' is shorter than any string matching 'pattern'");
+      try {
+        g_.regexes.push_back(compile_regex(schema["pattern"]));
+        node.regex = int32_t(g_.regexes.size() - 1);
+      } catch (const SchemaError& e) {
+        if (strict_ || !e.unsupported) throw;  // not strict: any string
+      }
     }
+    if (node.regex >= 0) {
+      // Lengths beside a pattern: the matcher keeps to strings that can still end within both
+      // (Regex::distance has a row per length still to write, so a minimum costs a table).
+      Regex& regex = g_.regexes[size_t(node.regex)];
+      if (node.min_length > kMaxPatternMinLength) {
+        cannot_enforce("minLength", "'minLength' above " + std::to_string(kMaxPatternMinLength) + " together with 'pattern' is not supported");
+        node.min_length = 0;
+      }
+      regex_require_length(regex, node.min_length);
+      const int32_t shortest = regex_distance(regex, kRegexStart, node.min_length);
+      if (shortest == INT32_MAX) throw SchemaError("minLength", "no string matching 'pattern' is 'minLength' characters long");
+      if (node.max_length >= 0 && shortest > node.max_length)
+        throw SchemaError("maxLength", "'maxLength' is shorter than any string matching 'pattern' and 'minLength'");
+    }
+    if (integer_typed(schema)) integer_bounds(schema, node);
     if (schema.contains("minItems")) node.min_items = non_negative(schema, "minItems");
     if (schema.contains("maxItems")) node.max_items = non_negative(schema, "maxItems");
     if (node.max_items >= 0 && node.max_items < node.min_items)
       throw SchemaError("maxItems", "'maxItems' is below 'minItems'");
     if (schema.contains("items")) {
       const json& items = schema["items"];
-      if (items.is_array()) throw SchemaError("items", "'items' as a list (tuple validation) is not supported");
-      if (items.is_boolean() && !items.get<bool>()) node.max_items = 0;
-      else node.items = compile(items, depth + 1);
+      if (items.is_array()) {
+        cannot_enforce("items", "'items' as a list (tuple validation) is not supported");
+        node.items = any_value_node(g_);
+      } else if (items.is_boolean() && !items.get<bool>()) {
+        node.max_items = 0;
+      } else {
+        node.items = compile(items, depth + 1);
+      }
     } else {
       node.items = any_value_node(g_);
     }
     object(schema, node, depth);
     return add_node(g_, std::move(node));
+  }
+
+  // minimum, maximum and their exclusive forms (numbers; draft 4's booleans too) as the
+  // integers inside them, within the digits a generated integer may have.
+  void integer_bounds(const json& schema, GrammarNode& node) {
+    const double largest = std::pow(10.0, kMaxIntegerDigits) - 1;
+    double lo = -largest, hi = largest;
+    auto bound = [&](const char* keyword) -> const json* {
+      if (!schema.contains(keyword)) return nullptr;
+      const json& v = schema[keyword];
+      const bool flag = v.is_boolean() && std::string_view(keyword).starts_with("exclusive");
+      if (!v.is_number() && !flag) throw SchemaError(keyword, std::string("'") + keyword + "' must be a number");
+      return &v;
+    };
+    const json *minimum = bound("minimum"), *maximum = bound("maximum");
+    const json *above = bound("exclusiveMinimum"), *below = bound("exclusiveMaximum");
+    if (minimum) lo = std::max(lo, std::ceil(minimum->get<double>()));
+    if (maximum) hi = std::min(hi, std::floor(maximum->get<double>()));
+    if (above && above->is_number()) lo = std::max(lo, std::floor(above->get<double>()) + 1);
+    if (below && below->is_number()) hi = std::min(hi, std::ceil(below->get<double>()) - 1);
+    if (above && above->is_boolean() && above->get<bool>() && minimum) lo = std::max(lo, std::floor(minimum->get<double>()) + 1);
+    if (below && below->is_boolean() && below->get<bool>() && maximum) hi = std::min(hi, std::ceil(maximum->get<double>()) - 1);
+    if (lo > hi)
+      throw SchemaError(minimum || above ? "minimum" : "maximum",
+                        "no integer of at most " + std::to_string(kMaxIntegerDigits) + " digits lies within 'minimum' and 'maximum'");
+    node.bounded = true;
+    node.minimum = int64_t(lo), node.maximum = int64_t(hi);
   }
 
   void object(const json& schema, GrammarNode& node, int depth) {
@@ -238,6 +354,7 @@ class Compiler {
 
   Grammar& g_;
   const json& root_;
+  const bool strict_;
   std::map<std::string, int32_t> refs_;
 };
 
@@ -269,10 +386,11 @@ void compute_min_bytes(Grammar& g) {
         case NodeKind::value: {
           if (node.types & kNull) best = 4;
           if (node.types & kBool) best = std::min<int64_t>(best, 4);
-          if (node.types & (kInteger | kNumber)) best = std::min<int64_t>(best, 1);
+          if (node.types & (kInteger | kNumber))
+            best = std::min(best, node.bounded ? integer_text_bytes(node.minimum, node.maximum) : 1);
           if (node.types & kString) {
             int64_t chars = node.min_length;
-            if (node.regex >= 0) chars = std::max<int64_t>(chars, regex_distance(g.regexes[node.regex], kRegexStart));
+            if (node.regex >= 0) chars = regex_distance(g.regexes[node.regex], kRegexStart, node.min_length);
             best = std::min(best, chars + (node.raw ? 0 : 2));
           }
           if ((node.types & kArray) && node.items >= 0) {
@@ -343,9 +461,9 @@ std::shared_ptr<const Grammar> json_object_grammar() {
   return finish(std::move(g));
 }
 
-std::shared_ptr<const Grammar> compile_json_schema(const json& schema) {
+std::shared_ptr<const Grammar> compile_json_schema(const json& schema, bool strict) {
   Grammar g;
-  g.root = Compiler(g, schema).compile(schema, 0);
+  g.root = Compiler(g, schema, strict).compile(schema, 0);
   return finish(std::move(g));
 }
 
@@ -363,7 +481,9 @@ std::shared_ptr<const Grammar> compile_tool_calls(const json& tools, ToolCallSty
     if (name.find_first_of("\"\\<>\n") != std::string::npos)
       throw SchemaError("name", "function names with quotes, backslashes, '<', '>' or newlines are not supported");
     const json parameters = function.contains("parameters") ? function["parameters"] : json{{"type", "object"}, {"properties", json::object()}};
-    int32_t arguments = Compiler(g, parameters).compile(parameters, 0);
+    if (function.contains("strict") && !function["strict"].is_boolean()) throw SchemaError("strict", "'strict' must be a boolean");
+    const bool strict = function.value("strict", false);
+    int32_t arguments = Compiler(g, parameters, strict).compile(parameters, 0);
     if (coder) {
       GrammarNode block = g.nodes[arguments];
       if (block.kind != NodeKind::value || block.types != kObject)

@@ -58,7 +58,7 @@ bool prompt_opens_reasoning(std::string_view prompt) {
 
 OutputParser::OutputParser(ToolCallFormat format, bool parse_reasoning, bool starts_in_reasoning,
                            const nlohmann::json& tools)
-    : format_(format), tools_(std::make_unique<ToolSchemas>(tools)) {
+    : format_(format), tools_(std::make_unique<ToolSchemas>(tools)), reader_(format, tools_.get()) {
   state_ = !parse_reasoning      ? State::content
            : starts_in_reasoning ? State::reasoning
                                  : State::start;
@@ -91,8 +91,7 @@ OutputDelta OutputParser::finish() {
       flush(reasoning_, out.reasoning, result_.reasoning);
       break;
     case State::tool_call:
-      if (stream_calls_) step_streamed_call(out, /*at_end=*/true);
-      else step_tool_call(out, /*at_end=*/true);
+      step_tool_call(out, /*at_end=*/true);
       break;
   }
   pending_.clear();
@@ -108,9 +107,7 @@ void OutputParser::process(OutputDelta& out) {
       case State::start: more = step_start(); break;
       case State::reasoning: more = step_reasoning(out); break;
       case State::content: more = step_content(out); break;
-      case State::tool_call:
-        more = stream_calls_ ? step_streamed_call(out, /*at_end=*/false) : step_tool_call(out, /*at_end=*/false);
-        break;
+      case State::tool_call: more = step_tool_call(out, /*at_end=*/false); break;
       case State::finished: more = false; break;
     }
   }
@@ -159,7 +156,8 @@ bool OutputParser::step_content(OutputDelta& out) {
     space_before_call_ = std::move(content_.held_space);
     content_.held_space.clear();
     pending_.erase(0, open + kCallOpen.size());
-    search_from_ = 0;
+    reader_ = ToolCallReader(format_, tools_.get());
+    block_first_call_ = result_.tool_calls.size();
     state_ = State::tool_call;
     return true;
   }
@@ -169,200 +167,53 @@ bool OutputParser::step_content(OutputDelta& out) {
   return false;
 }
 
-// Inside <tool_call>: wait for </tool_call>, then emit the call(s), or the text if invalid. At
-// the end of generation a call missing only its closing tag is still accepted.
+// Inside <tool_call>: the reader takes the block as it grows. Streaming, each call goes out as
+// soon as the reader lists it (a declared tool's name), then its arguments as they grow; a block
+// that goes wrong after that keeps what went out, so a client never sees a call taken back.
+// Otherwise the block's calls go out whole once it is complete. A block with no call sent that
+// is not valid is the text it was, verbatim.
 bool OutputParser::step_tool_call(OutputDelta& out, bool at_end) {
-  size_t close = pending_.find(kCallClose, search_from_);
-  if (close == std::string::npos && !at_end) {
-    // Resume where a closing tag split across pieces could begin.
-    search_from_ = pending_.size() - std::min(pending_.size(), kCallClose.size() - 1);
-    return false;
-  }
-  bool closed = close != std::string::npos;
-  std::string_view body = std::string_view(pending_).substr(0, closed ? close : pending_.size());
+  const ToolCallReader::Status status = reader_.read(pending_, at_end);
+  if (stream_calls_) send_listed_calls(out);
+  if (status == ToolCallReader::Status::reading) return false;
 
-  std::vector<FunctionCall> calls;
-  if (format_ == ToolCallFormat::hermes_json) {
-    if (auto call = parse_hermes_tool_call(body, *tools_)) calls.push_back(std::move(*call));
-  } else if (auto parsed = parse_qwen3_coder_tool_call(body, *tools_)) {
-    calls = std::move(*parsed);
-  }
-
-  if (!calls.empty()) {
-    for (auto& call : calls) {
-      ToolCall tool_call{new_call_id(), std::move(call.name), std::move(call.arguments)};
-      out.tool_calls.push_back({static_cast<int>(result_.tool_calls.size()), tool_call.id,
-                                tool_call.name, tool_call.arguments});
+  const size_t end = reader_.body_end();
+  const bool any_sent = result_.tool_calls.size() > block_first_call_;
+  if (status == ToolCallReader::Status::complete && !stream_calls_) {
+    for (const FunctionCall& call : reader_.calls()) {
+      ToolCall tool_call{new_call_id(), call.name, call.arguments};
+      out.tool_calls.push_back({static_cast<int>(result_.tool_calls.size()), tool_call.id, tool_call.name, tool_call.arguments});
       result_.tool_calls.push_back(std::move(tool_call));
     }
-    space_before_call_.clear();
-    content_.after_call = true;
-  } else {  // not a call after all: the text, verbatim
+  } else if (!any_sent) {
     content_.held_space = std::move(space_before_call_);
-    space_before_call_.clear();
-    std::string text = std::string(kCallOpen).append(body);
-    if (closed) text += kCallClose;
+    std::string text = std::string(kCallOpen).append(pending_, 0, end);
+    if (reader_.closed()) text += kCallClose;
     emit_content(text, out);
   }
-  pending_.erase(0, closed ? close + kCallClose.size() : pending_.size());
-  state_ = State::content;
-  return true;
-}
-
-namespace {
-
-constexpr size_t kWaiting = std::string::npos, kNotACall = std::string::npos - 1;
-
-// Matches the JSON framing of a call piece by piece: each step is matched, incomplete (the text
-// ends inside it) or not matched.
-struct Scanner {
-  std::string_view text;
-  size_t i = 0;
-  bool incomplete = false, mismatch = false;
-
-  bool ok() const { return !incomplete && !mismatch; }
-  void space() {
-    while (i < text.size() && kSpace.find(text[i]) != std::string_view::npos) ++i;
-  }
-  void literal(std::string_view s) {
-    if (!ok()) return;
-    size_t n = std::min(s.size(), text.size() - i);
-    if (text.substr(i, n) != s.substr(0, n)) mismatch = true;
-    else if (n < s.size()) incomplete = true;
-    else i += n;
-  }
-  std::string until(char end) {  // the text before `end`, which is consumed
-    if (!ok()) return {};
-    size_t at = text.find(end, i);
-    if (at == std::string_view::npos) return incomplete = true, std::string();
-    std::string out(text.substr(i, at - i));
-    i = at + 1;
-    return out;
-  }
-};
-
-// The end of the JSON object or array starting at `begin`, or npos when it is not complete.
-size_t json_value_end(std::string_view text, size_t begin) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (size_t j = begin; j < text.size(); ++j) {
-    char c = text[j];
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      ++depth;
-    } else if ((c == '}' || c == ']') && --depth == 0) {
-      return j + 1;
-    }
-  }
-  return std::string_view::npos;
-}
-
-}  // namespace
-
-// A call streamed as it comes (stream_tool_calls): header, then argument fragments, then the
-// closing tag. Text that turns out not to be a call before its header is out goes the usual way.
-bool OutputParser::step_streamed_call(OutputDelta& out, bool at_end) {
-  size_t end = format_ == ToolCallFormat::hermes_json ? hermes_arguments(out, at_end) : coder_arguments(out, at_end);
-  if (!call_started_ && (end == kNotACall || (end == kWaiting && at_end))) return step_tool_call(out, at_end);
-  if (end == kWaiting && !at_end) return false;
-  size_t close = end < kNotACall ? pending_.find(kCallClose, end) : std::string::npos;
-  if (close == std::string::npos && !at_end && end < kNotACall) return false;
-  pending_.erase(0, close == std::string::npos ? pending_.size() : close + kCallClose.size());
-  call_started_ = false, call_sent_ = 0, call_parts_ = 0;
+  if (result_.tool_calls.size() > block_first_call_) content_.after_call = true;
   space_before_call_.clear();
-  content_.after_call = true;
+  pending_.erase(0, reader_.closed() ? end + kCallClose.size() : end);
   state_ = State::content;
   return true;
 }
 
-void OutputParser::start_call(OutputDelta& out, std::string name) {
-  ToolCall call{new_call_id(), std::move(name), ""};
-  out.tool_calls.push_back({static_cast<int>(result_.tool_calls.size()), call.id, call.name, ""});
-  result_.tool_calls.push_back(std::move(call));
-  call_started_ = true;
-}
-
-void OutputParser::emit_arguments(std::string_view text, OutputDelta& out) {
-  if (text.empty()) return;
-  const int index = static_cast<int>(result_.tool_calls.size()) - 1;
-  result_.tool_calls.back().arguments += text;
-  // The header (id and name) stays a delta of its own, as vLLM sends it.
-  ToolCallDelta* last = out.tool_calls.empty() ? nullptr : &out.tool_calls.back();
-  if (last && last->index == index && last->id.empty()) last->arguments += text;
-  else out.tool_calls.push_back({index, "", "", std::string(text)});
-}
-
-// {"name": "f", "arguments": {...}}: the arguments' JSON text as it grows. Returns where the
-// call's body ends, kWaiting, or kNotACall.
-size_t OutputParser::hermes_arguments(OutputDelta& out, bool at_end) {
-  Scanner scan{pending_};
-  for (std::string_view piece : {"{", "\"name\"", ":", "\""}) scan.space(), scan.literal(piece);
-  std::string name = scan.until('"');
-  for (std::string_view piece : {",", "\"arguments\"", ":"}) scan.space(), scan.literal(piece);
-  if (scan.mismatch || name.find('\\') != std::string::npos) return kNotACall;
-  if (scan.incomplete) return kWaiting;
-  if (!call_started_) {
-    if (!tools_->allows(name)) return kNotACall;
-    start_call(out, name);
-  }
-  scan.space();
-  scan.literal("{");
-  if (scan.incomplete) return at_end ? scan.i : kWaiting;
-  if (scan.mismatch) return scan.i;  // not an object after all: the call ends here
-  const size_t begin = scan.i - 1;
-  call_sent_ = std::max(call_sent_, begin);
-  const size_t value_end = json_value_end(pending_, begin);
-  const size_t ready = value_end == std::string::npos ? pending_.size() : value_end;
-  emit_arguments(std::string_view(pending_).substr(call_sent_, ready - call_sent_), out);
-  call_sent_ = ready;
-  if (value_end == std::string::npos) return kWaiting;
-  scan.i = value_end;
-  scan.space();
-  scan.literal("}");
-  return scan.incomplete && !at_end ? kWaiting : scan.i;
-}
-
-// <function=f><parameter=p>value</parameter>...</function>: one fragment per parameter, its
-// value converted by the parameter's type as the whole-call parser does.
-size_t OutputParser::coder_arguments(OutputDelta& out, bool at_end) {
-  Scanner scan{pending_};
-  scan.space();
-  scan.literal("<function=");
-  std::string name = scan.until('>');
-  if (scan.mismatch) return kNotACall;
-  if (scan.incomplete) return kWaiting;
-  if (!call_started_) {
-    if (!tools_->allows(name)) return kNotACall;
-    start_call(out, name);
-  }
-  scan.i = std::max(scan.i, call_sent_);
-  for (;;) {
-    scan.space();
-    std::string_view rest = std::string_view(pending_).substr(scan.i);
-    if (rest.starts_with("</function>")) {
-      emit_arguments(call_parts_ == 0 ? "{}" : "}", out);
-      call_sent_ = scan.i + std::string_view("</function>").size();
-      return call_sent_;
+// The calls the reader lists that are not out yet, and what their arguments grew by.
+void OutputParser::send_listed_calls(OutputDelta& out) {
+  const std::vector<FunctionCall>& calls = reader_.calls();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const size_t index = block_first_call_ + i;
+    if (index == result_.tool_calls.size()) {  // the header (id and name) is a delta of its own, as vLLM sends it
+      result_.tool_calls.push_back({new_call_id(), calls[i].name, ""});
+      out.tool_calls.push_back({static_cast<int>(index), result_.tool_calls.back().id, calls[i].name, ""});
     }
-    const size_t value_at = rest.find('>'), close = rest.find("</parameter>");
-    if (!rest.starts_with("<parameter=") || value_at == std::string_view::npos || close == std::string_view::npos)
-      return rest.starts_with("<parameter=") || std::string_view("<parameter=").starts_with(rest) ||
-                     std::string_view("</function>").starts_with(rest) || at_end
-                 ? kWaiting : scan.i;
-    std::string key(rest.substr(11, value_at - 11));
-    std::string value(rest.substr(value_at + 1, close - value_at - 1));
-    if (value.starts_with('\n')) value.erase(0, 1);
-    if (value.ends_with('\n')) value.pop_back();
-    nlohmann::ordered_json converted = convert_parameter_value(value, tools_->parameter_type(name, key));
-    emit_arguments((call_parts_++ == 0 ? "{" : ", ") + nlohmann::json(key).dump() + ": " +
-                       converted.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), out);
-    scan.i += close + std::string_view("</parameter>").size();
-    call_sent_ = scan.i;
+    std::string& sent = result_.tool_calls[index].arguments;
+    if (calls[i].arguments.size() <= sent.size()) continue;
+    std::string_view more = std::string_view(calls[i].arguments).substr(sent.size());
+    sent += more;
+    ToolCallDelta* last = out.tool_calls.empty() ? nullptr : &out.tool_calls.back();
+    if (last && last->index == static_cast<int>(index) && last->id.empty()) last->arguments += more;
+    else out.tool_calls.push_back({static_cast<int>(index), "", "", std::string(more)});
   }
 }
 

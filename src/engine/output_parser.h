@@ -7,9 +7,11 @@
 //
 // Guarantees: the deltas returned by push()/finish(), concatenated, equal result(); the result
 // does not depend on how the text was split into pushes; text is never dropped except the
-// whitespace that only separates a tag from its surroundings. A tool call is emitted whole (id,
-// name and arguments in one delta) once it is complete and valid; an invalid one (bad JSON, an
-// unknown function, cut off by the end of generation) becomes plain content, verbatim.
+// whitespace that only separates a tag from its surroundings (and the rest of a streamed
+// <tool_call> block that goes wrong after a call of it was sent). By default a tool call is
+// emitted whole (id, name and arguments in one delta) once its block is complete and valid; an
+// invalid block (bad JSON, an unknown function, cut off by the end of generation) becomes plain
+// content, verbatim.
 #include <memory>
 #include <string>
 #include <string_view>
@@ -17,11 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/tool_parser.h"
+
 namespace ellm {
-
-class ToolSchemas;
-
-enum class ToolCallFormat { none, hermes_json, qwen3_coder_xml };
 
 // "hermes" or "qwen3" -> hermes_json, "qwen3_coder" -> qwen3_coder_xml, "none"; throws Error
 // for anything else.
@@ -65,10 +65,11 @@ class OutputParser {
   OutputParser(OutputParser&&) noexcept;
   OutputParser& operator=(OutputParser&&) noexcept;
 
-  // Calls come as they are generated: the id and name once the call's header is complete, then
-  // its arguments in fragments (Qwen3: as the JSON text grows; Qwen3-Coder: a parameter at a
-  // time). For output that a grammar keeps to valid calls (tool_choice required or named); a
-  // call cut off by the end of generation keeps the fragments already sent.
+  // Calls come as they are generated (as vLLM streams them): the id and name once the name is
+  // known to be a declared tool, then the arguments in fragments (Qwen3: the JSON text as it
+  // grows; Qwen3-Coder: a parameter at a time), which add up to what the whole parse reports.
+  // A call that goes wrong after its name was sent (bad JSON, cut off by the end of generation)
+  // keeps the fragments already sent: a stream cannot take them back.
   void stream_tool_calls() { stream_calls_ = true; }
 
   // Streaming: what can be emitted now. `text` is the next piece of output (any split).
@@ -94,11 +95,7 @@ class OutputParser {
   bool step_reasoning(OutputDelta& out);
   bool step_content(OutputDelta& out);
   bool step_tool_call(OutputDelta& out, bool at_end);
-  bool step_streamed_call(OutputDelta& out, bool at_end);
-  size_t hermes_arguments(OutputDelta& out, bool at_end);
-  size_t coder_arguments(OutputDelta& out, bool at_end);
-  void start_call(OutputDelta& out, std::string name);
-  void emit_arguments(std::string_view text, OutputDelta& out);
+  void send_listed_calls(OutputDelta& out);
   void emit(Channel& channel, std::string_view text, std::string& delta, std::string& total);
   void flush(Channel& channel, std::string& delta, std::string& total);
   void emit_content(std::string_view text, OutputDelta& out);
@@ -107,12 +104,10 @@ class OutputParser {
   ToolCallFormat format_;
   std::unique_ptr<ToolSchemas> tools_;
   State state_;
-  std::string pending_;         // unprocessed text
-  size_t search_from_ = 0;      // in a tool call: where to resume looking for its end tag
+  std::string pending_;            // unprocessed text (in a tool call: the block's body so far)
   bool stream_calls_ = false;
-  bool call_started_ = false;   // streamed call: its id and name are out
-  size_t call_sent_ = 0;        // streamed call: bytes of pending_ already handled
-  int call_parts_ = 0;          // streamed Qwen3-Coder call: parameters sent
+  ToolCallReader reader_;          // the current <tool_call> block
+  size_t block_first_call_ = 0;    // index in result_.tool_calls of the block's first call
   std::string space_before_call_;  // restored if the call turns out invalid
   Channel content_, reasoning_;
   ParsedOutput result_;

@@ -38,6 +38,8 @@ struct Ast {
 };
 
 [[noreturn]] void bad(const std::string& what) { throw SchemaError("pattern", "pattern: " + what); }
+// A valid pattern this compiler cannot enforce (strict: false then ignores it).
+[[noreturn]] void unsupported(const std::string& what) { throw SchemaError("pattern", "pattern: " + what, true); }
 
 class Parser {
  public:
@@ -53,7 +55,7 @@ class Parser {
 
  private:
   Ast alternation(int depth) {
-    if (depth > 32) bad("nested too deeply");
+    if (depth > 32) unsupported("nested too deeply");
     Ast alt{Ast::alternation};
     alt.children.push_back(concat(depth));
     while (i_ < s_.size() && s_[i_] == '|') {
@@ -108,7 +110,7 @@ class Parser {
     Ast a{Ast::byte_class};
     if (c == '(') {
       if (s_.compare(i_, 2, "?:") == 0) i_ += 2;
-      else if (i_ < s_.size() && s_[i_] == '?') bad("lookaround and named groups are not supported");
+      else if (i_ < s_.size() && s_[i_] == '?') unsupported("lookaround and named groups are not supported");
       Ast inner = alternation(depth + 1);
       if (i_ >= s_.size() || s_[i_] != ')') bad("unbalanced '('");
       ++i_;
@@ -118,8 +120,8 @@ class Parser {
     if (c == '.') return a.bytes = generatable(), a;
     if (c == '\\') return a.bytes = escape(false), a;
     if (c == '*' || c == '+' || c == '?' || c == '{') bad("a quantifier follows nothing");
-    if (c == '^' || c == '$') bad("'^' and '$' are supported only at the ends");
-    if (uint8_t(c) >= 0x80 || uint8_t(c) < 0x20) bad("only printable ASCII is supported");
+    if (c == '^' || c == '$') unsupported("'^' and '$' are supported only at the ends");
+    if (uint8_t(c) >= 0x80 || uint8_t(c) < 0x20) unsupported("only printable ASCII is supported");
     add(a.bytes, uint8_t(c));
     return a;
   }
@@ -137,7 +139,7 @@ class Parser {
       default: break;
     }
     bool punct = (c >= 0x21 && c <= 0x2f) || (c >= 0x3a && c <= 0x40) || (c >= 0x5b && c <= 0x60) || (c >= 0x7b && c <= 0x7e);
-    if (!punct && !(in_class && c == ' ')) bad(std::string("the escape '\\") + c + "' is not supported");
+    if (!punct && !(in_class && c == ' ')) unsupported(std::string("the escape '\\") + c + "' is not supported");
     add(out, uint8_t(c));
     return out;
   }
@@ -156,7 +158,7 @@ class Parser {
         if (std::popcount(one[0]) + std::popcount(one[1]) == 1) from = one[0] ? std::countr_zero(one[0]) : 64 + std::countr_zero(one[1]);
       } else {
         from = uint8_t(s_[i_++]);
-        if (from >= 0x80 || from < 0x20) bad("only printable ASCII is supported");
+        if (from >= 0x80 || from < 0x20) unsupported("only printable ASCII is supported");
         add(one, from);
       }
       if (from >= 0 && i_ + 1 < s_.size() && s_[i_] == '-' && s_[i_ + 1] != ']') {
@@ -166,7 +168,8 @@ class Parser {
           if (i_ >= s_.size()) bad("a trailing '\\'");
           to = uint8_t(s_[i_++]);
         }
-        if (to < from || to >= 0x80) bad("a bad range in a class");
+        if (to < from) bad("a bad range in a class");
+        if (to >= 0x80) unsupported("only printable ASCII is supported");
         add_range(one, from, to);
       }
       a.bytes[0] |= one[0];
@@ -194,7 +197,7 @@ class Builder {
   Glushkov build(const Ast& ast) {
     switch (ast.kind) {
       case Ast::byte_class: {
-        if (r_.class_bits.size() >= 63) bad("too complex (more than 63 positions)");
+        if (r_.class_bits.size() >= 63) unsupported("too complex (more than 63 positions)");
         uint64_t p = uint64_t(1) << r_.class_bits.size();
         r_.class_bits.push_back(ast.bytes);
         r_.follow.push_back(0);
@@ -244,9 +247,10 @@ class Builder {
   Regex& r_;
 };
 
-int32_t min_distance(const Regex& regex, uint64_t positions) {
+int32_t min_distance(const Regex& regex, uint64_t positions, size_t row) {
+  const int32_t* distance = regex.distance.data() + row * regex.class_bits.size();
   int32_t best = INT32_MAX;
-  for (; positions; positions &= positions - 1) best = std::min(best, regex.distance[std::countr_zero(positions)]);
+  for (; positions; positions &= positions - 1) best = std::min(best, distance[std::countr_zero(positions)]);
   return best;
 }
 
@@ -272,7 +276,7 @@ Regex compile_regex(const std::string& pattern) {
           regex.distance[p] = std::min(regex.distance[p], regex.distance[q] + 1);
       }
     }
-  if (regex_distance(regex, kRegexStart) == INT32_MAX) bad("no string of printable ASCII matches it");
+  if (regex_distance(regex, kRegexStart) == INT32_MAX) unsupported("no string of printable ASCII matches it");
   return regex;
 }
 
@@ -294,11 +298,32 @@ bool regex_accepts(const Regex& regex, uint64_t state) {
   return ((state & kRegexStart) && regex.nullable) || (state & regex.last);
 }
 
-int32_t regex_distance(const Regex& regex, uint64_t state) {
-  if (regex_accepts(regex, state)) return 0;
-  int32_t best = min_distance(regex, state & ~kRegexStart);
+void regex_require_length(Regex& regex, int32_t min_length) {
+  const size_t n = regex.class_bits.size();
+  const size_t rows = size_t(min_length) + 1;
+  if (n == 0 || regex.distance.size() >= rows * n) return;
+  size_t r = regex.distance.size() / n;
+  regex.distance.resize(rows * n, INT32_MAX);
+  // At least r bytes after p: one byte to a next position q, then at least r - 1 after q.
+  for (; r < rows; ++r)
+    for (size_t p = 0; p < n; ++p)
+      for (uint64_t next = regex.follow[p]; next; next &= next - 1) {
+        const int q = std::countr_zero(next);
+        const int32_t after = regex.distance[(r - 1) * n + size_t(q)];
+        if ((regex.class_bits[q][0] | regex.class_bits[q][1]) && after != INT32_MAX)
+          regex.distance[r * n + p] = std::min(regex.distance[r * n + p], after + 1);
+      }
+}
+
+int32_t regex_distance(const Regex& regex, uint64_t state, int32_t at_least) {
+  if (at_least <= 0 && regex_accepts(regex, state)) return 0;
+  const size_t n = regex.class_bits.size();
+  if (n == 0) return INT32_MAX;
+  const int32_t last_row = int32_t(regex.distance.size() / n) - 1;
+  auto row = [&](int32_t r) { return size_t(std::clamp(r, 0, last_row)); };
+  int32_t best = min_distance(regex, state & ~kRegexStart, row(at_least));
   if (state & kRegexStart) {
-    int32_t from_start = min_distance(regex, regex.first);
+    int32_t from_start = min_distance(regex, regex.first, row(at_least - 1));
     if (from_start != INT32_MAX) best = std::min(best, from_start + 1);
   }
   return best;

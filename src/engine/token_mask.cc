@@ -160,7 +160,9 @@ bool TokenConstraint::mask(std::span<float> logits, int64_t remaining) {
   } else {
     // Too few tokens to close the output even a byte a token: multi-byte tokens may still make
     // it, so the grammar alone applies until the end is within reach, and then it is kept so.
-    compute(matcher_.min_bytes() > remaining ? INT64_MAX / 4 : budget);
+    // Alone, it still refuses what can never end (the matcher's "far", e.g. a key not allowed yet).
+    constexpr int64_t kAnyEnd = INT64_MAX / 4 - 1;
+    compute(matcher_.min_bytes() > remaining ? kAnyEnd : budget);
     if (phase_ == Phase::may_think && budget >= 1 + grammar_->nodes[size_t(grammar_->root)].min_bytes) allow(think_open_);
     if (matcher_.can_end())
       for (int32_t id : end_tokens_) allow(id);

@@ -149,57 +149,236 @@ ordered_json convert_parameter_value(const std::string& value, const std::string
   return value;
 }
 
-std::optional<std::vector<FunctionCall>> parse_qwen3_coder_tool_call(std::string_view body,
-                                                                      const ToolSchemas& tools) {
-  constexpr std::string_view kFunction = "<function=", kFunctionEnd = "</function>";
-  constexpr std::string_view kParameter = "<parameter=", kParameterEnd = "</parameter>";
-  std::vector<FunctionCall> calls;
-  size_t pos = 0;
-  auto skip_space = [&] {
-    pos = body.find_first_not_of(kSpace, pos);
-    if (pos == std::string_view::npos) pos = body.size();
-  };
-  auto at = [&](std::string_view tag) { return body.substr(pos).starts_with(tag); };
-  // "<tag=NAME>": the trimmed NAME, or nothing when malformed.
-  auto read_name = [&](std::string_view tag) -> std::optional<std::string> {
-    size_t close = body.find('>', pos + tag.size());
-    if (close == std::string_view::npos) return std::nullopt;
-    std::string_view name = trim(body.substr(pos + tag.size(), close - pos - tag.size()));
-    if (name.empty() || name.find_first_of("<\n") != std::string_view::npos) return std::nullopt;
-    pos = close + 1;
-    return std::string(name);
-  };
+namespace {
 
-  for (skip_space(); pos < body.size(); skip_space()) {
-    if (!at(kFunction)) return std::nullopt;
-    auto name = read_name(kFunction);
-    if (!name || !tools.allows(*name)) return std::nullopt;
-    ordered_json arguments = ordered_json::object();
-    for (skip_space(); !at(kFunctionEnd); skip_space()) {
-      if (!at(kParameter)) return std::nullopt;
-      auto parameter = read_name(kParameter);
-      if (!parameter) return std::nullopt;
-      // The value runs to </parameter>; models sometimes omit it before the next tag.
-      size_t end = body.find(kParameterEnd, pos), next = end;
-      if (end == std::string_view::npos) {
-        end = std::min(body.find(kParameter, pos), body.find(kFunctionEnd, pos));
-        if (end == std::string_view::npos) return std::nullopt;
-        next = end;
-      } else {
-        next = end + kParameterEnd.size();
-      }
-      std::string_view value = body.substr(pos, end - pos);
-      if (value.starts_with('\n')) value.remove_prefix(1);
-      if (value.ends_with('\n')) value.remove_suffix(1);
-      arguments[*parameter] =
-          convert_parameter_value(std::string(value), tools.parameter_type(*name, *parameter));
-      pos = next;
-    }
-    pos += kFunctionEnd.size();
-    calls.push_back({std::move(*name), to_text(arguments)});
+constexpr std::string_view kCallClose = "</tool_call>";
+constexpr std::string_view kFunction = "<function=", kFunctionEnd = "</function>";
+constexpr std::string_view kParameter = "<parameter=", kParameterEnd = "</parameter>";
+// {"name": ..., "arguments": { must fit in this many bytes to be streamed (the header is
+// scanned afresh as the text grows).
+constexpr size_t kMaxHeader = 512;
+
+// Matches the JSON framing of a Qwen3 call piece by piece: each step is matched, incomplete
+// (the text ends inside it) or not matched.
+struct Scanner {
+  std::string_view text;
+  size_t i = 0;
+  bool incomplete = false, mismatch = false;
+
+  bool ok() const { return !incomplete && !mismatch; }
+  void space() {
+    while (i < text.size() && kSpace.find(text[i]) != std::string_view::npos) ++i;
   }
-  if (calls.empty()) return std::nullopt;
-  return calls;
+  void literal(std::string_view s) {
+    if (!ok()) return;
+    size_t n = std::min(s.size(), text.size() - i);
+    if (text.substr(i, n) != s.substr(0, n)) mismatch = true;
+    else if (n < s.size()) incomplete = true;
+    else i += n;
+  }
+  std::string name() {  // a string without escapes or markup, up to its closing quote
+    if (!ok()) return {};
+    size_t at = text.find_first_of("\"\\<\n", i);
+    if (at == std::string_view::npos) return incomplete = true, std::string();
+    if (text[at] != '"') return mismatch = true, std::string();
+    std::string out(text.substr(i, at - i));
+    i = at + 1;
+    return out;
+  }
+};
+
+// "<tag=NAME>" at the start of `text`: NAME trimmed and the tag's length.
+struct TagName {
+  enum State { ok, waiting, bad } state;
+  std::string name;
+  size_t size = 0;
+};
+
+TagName read_tag_name(std::string_view text, std::string_view tag, bool block_ends) {
+  size_t close = text.find_first_of(">\n<", tag.size());
+  if (close == std::string_view::npos) return {block_ends ? TagName::bad : TagName::waiting, {}, 0};
+  std::string_view name = trim(text.substr(tag.size(), close - tag.size()));
+  if (text[close] != '>' || name.empty()) return {TagName::bad, {}, 0};
+  return {TagName::ok, std::string(name), close + 1};
+}
+
+size_t skip_space(std::string_view text, size_t pos) {
+  pos = text.find_first_not_of(kSpace, pos);
+  return pos == std::string_view::npos ? text.size() : pos;
+}
+
+// The compact JSON of a text, or nothing when it is not JSON.
+std::string compact(std::string_view text) {
+  auto value = parse_json(text);
+  return value ? to_text(*value) : std::string();
+}
+
+}  // namespace
+
+ToolCallReader::Status ToolCallReader::read(std::string_view body, bool at_end) {
+  if (status_ != Status::reading) return status_;
+  if (phase_ == Phase::broken) return read_broken(body, at_end);
+  return format_ == ToolCallFormat::qwen3_coder_xml ? read_coder(body, at_end) : read_hermes(body, at_end);
+}
+
+// Where the block ends once that is known: at its closing tag (searched from close_from_), or at
+// the end of the output.
+std::optional<size_t> ToolCallReader::block_end(std::string_view body, bool at_end) {
+  size_t close = body.find(kCallClose, std::max(close_from_, close_seen_));
+  closed_ = close != std::string_view::npos;
+  if (closed_) return close;
+  close_seen_ = body.size() - std::min(body.size(), kCallClose.size() - 1);
+  if (at_end) return body.size();
+  return std::nullopt;
+}
+
+ToolCallReader::Status ToolCallReader::read_broken(std::string_view body, bool at_end) {
+  phase_ = Phase::broken;
+  auto end = block_end(body, at_end);
+  return end ? end_block(Status::malformed, *end, closed_) : Status::reading;
+}
+
+ToolCallReader::Status ToolCallReader::end_block(Status status, size_t end, bool closed) {
+  status_ = status;
+  end_ = end;
+  closed_ = closed;
+  return status;
+}
+
+ToolCallReader::Status ToolCallReader::read_hermes(std::string_view body, bool at_end) {
+  if (phase_ == Phase::header) read_hermes_header(body, at_end);
+  if (phase_ == Phase::header) return Status::reading;
+  if (phase_ == Phase::arguments) {
+    Status status = read_hermes_arguments(body, at_end);
+    if (phase_ == Phase::arguments) return status;
+  }
+  return read_hermes_end(body, at_end);
+}
+
+// {"name": "f", "arguments": { -> the call is listed; anything else is parsed whole at the end.
+void ToolCallReader::read_hermes_header(std::string_view body, bool at_end) {
+  Scanner scan{body.substr(0, std::min(body.size(), kMaxHeader))};
+  for (std::string_view piece : {"{", "\"name\"", ":", "\""}) scan.space(), scan.literal(piece);
+  std::string name = scan.name();
+  for (std::string_view piece : {",", "\"arguments\"", ":", "{"}) scan.space(), scan.literal(piece);
+  if (scan.incomplete && !at_end && body.size() < kMaxHeader) return;
+  if (!scan.ok() || name.empty() || !tools_->allows(name)) {
+    phase_ = Phase::whole;
+    return;
+  }
+  calls_.push_back({std::move(name), "{"});
+  arguments_begin_ = scan.i - 1;
+  pos_ = scan.i;
+  depth_ = 1;
+  phase_ = Phase::arguments;
+}
+
+// The arguments object, as far as it is written: its text grows until its braces balance.
+ToolCallReader::Status ToolCallReader::read_hermes_arguments(std::string_view body, bool at_end) {
+  while (pos_ < body.size() && depth_ > 0) {
+    const char c = body[pos_];
+    if (!in_string_ && c == '<') {  // never JSON: perhaps the block's end, the object unfinished
+      std::string_view rest = body.substr(pos_);
+      if (rest.starts_with(kCallClose)) break;
+      if (kCallClose.starts_with(rest) && !at_end) break;
+    }
+    if (in_string_) {
+      if (escaped_) escaped_ = false;
+      else if (c == '\\') escaped_ = true;
+      else if (c == '"') in_string_ = false;
+    } else if (c == '"') {
+      in_string_ = true;
+    } else if (c == '{' || c == '[') {
+      ++depth_;
+    } else if (c == '}' || c == ']') {
+      --depth_;
+    }
+    ++pos_;
+  }
+  std::string& arguments = calls_.back().arguments;
+  const size_t have = arguments_begin_ + arguments.size();
+  arguments.append(body.substr(have, pos_ - have));
+  if (depth_ == 0) {
+    phase_ = Phase::tail;
+    close_from_ = pos_;
+    return Status::reading;
+  }
+  if (body.substr(pos_).starts_with(kCallClose)) return end_block(Status::malformed, pos_, true);
+  return at_end ? end_block(Status::malformed, body.size(), false) : Status::reading;
+}
+
+// After the arguments object (tail), or for a call in another layout (whole): the block's end,
+// then the whole body must be a valid call.
+ToolCallReader::Status ToolCallReader::read_hermes_end(std::string_view body, bool at_end) {
+  auto end = block_end(body, at_end);
+  if (!end) return Status::reading;
+  auto call = parse_hermes_tool_call(body.substr(0, *end), *tools_);
+  if (phase_ == Phase::whole) {
+    if (call) calls_.push_back(std::move(*call));
+    return end_block(call ? Status::complete : Status::malformed, *end, closed_);
+  }
+  const FunctionCall& listed = calls_.back();
+  const bool same = call && call->name == listed.name && call->arguments == compact(listed.arguments);
+  return end_block(same ? Status::complete : Status::malformed, *end, closed_);
+}
+
+// Qwen3-Coder: the block ends at the first </tool_call> (a value cannot hold one).
+ToolCallReader::Status ToolCallReader::read_coder(std::string_view body, bool at_end) {
+  auto end = block_end(body, at_end);
+  const bool ends = end.has_value();
+  const std::string_view block = body.substr(0, end.value_or(body.size()));
+  for (;;) {
+    pos_ = skip_space(block, pos_);
+    const std::string_view rest = block.substr(pos_);
+    auto may_become = [&](std::string_view tag) { return !ends && tag.starts_with(rest); };
+    if (!in_function_) {
+      if (rest.empty()) return ends ? end_block(calls_.empty() ? Status::malformed : Status::complete, *end, closed_) : Status::reading;
+      if (!rest.starts_with(kFunction))
+        return may_become(kFunction) || may_become(kCallClose) ? Status::reading : read_broken(body, at_end);
+      TagName name = read_tag_name(rest, kFunction, ends);
+      if (name.state == TagName::waiting) return Status::reading;
+      if (name.state == TagName::bad || !tools_->allows(name.name)) return read_broken(body, at_end);
+      calls_.push_back({std::move(name.name), "{"});
+      in_function_ = true, parameters_ = 0, pos_ += name.size;
+    } else if (rest.starts_with(kFunctionEnd)) {
+      calls_.back().arguments += '}';
+      in_function_ = false, pos_ += kFunctionEnd.size();
+    } else if (rest.starts_with(kParameter)) {
+      Step step = read_coder_parameter(block, ends);
+      if (step == Step::waiting) return Status::reading;
+      if (step == Step::bad) return read_broken(body, at_end);
+    } else {
+      return may_become(kParameter) || may_become(kFunctionEnd) ? Status::reading : read_broken(body, at_end);
+    }
+  }
+}
+
+// <parameter=KEY>VALUE</parameter> at pos_, added to the call's arguments. Models sometimes omit
+// </parameter>: once the block's end is known, such a value runs to the next tag.
+ToolCallReader::Step ToolCallReader::read_coder_parameter(std::string_view block, bool block_ends) {
+  TagName key = read_tag_name(block.substr(pos_), kParameter, block_ends);
+  if (key.state != TagName::ok) return key.state == TagName::waiting ? Step::waiting : Step::bad;
+  const size_t value_begin = pos_ + key.size;
+  size_t value_end = block.find(kParameterEnd, std::max(value_begin, value_seen_));
+  size_t next = value_end + kParameterEnd.size();
+  if (value_end == std::string_view::npos) {
+    if (!block_ends) {
+      value_seen_ = block.size() - std::min(block.size(), kParameterEnd.size() - 1);
+      return Step::waiting;
+    }
+    value_end = next = std::min(block.find(kParameter, value_begin), block.find(kFunctionEnd, value_begin));
+    if (value_end == std::string_view::npos) return Step::bad;
+  }
+  std::string_view value = block.substr(value_begin, value_end - value_begin);
+  if (value.starts_with('\n')) value.remove_prefix(1);
+  if (value.ends_with('\n')) value.remove_suffix(1);
+  FunctionCall& call = calls_.back();
+  if (parameters_++ > 0) call.arguments += ',';
+  call.arguments += to_text(ordered_json(key.name)) + ':' +
+                    to_text(convert_parameter_value(std::string(value), tools_->parameter_type(call.name, key.name)));
+  pos_ = next;
+  value_seen_ = 0;
+  return Step::done;
 }
 
 }  // namespace ellm

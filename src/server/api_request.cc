@@ -15,6 +15,12 @@ void throw_bad_request(const std::string& message, const std::string& param) {
   throw ApiError(400, "invalid_request_error", message, param);
 }
 
+std::string schema_error_text(const SchemaError& e, const std::string& lenient) {
+  std::string text = std::string(e.what()) + " (keyword '" + e.keyword + "'";
+  if (e.unsupported) text += "; with " + lenient + " it is ignored";
+  return text + ")";
+}
+
 json parse_body(std::string_view body, int max_depth) {
   // nlohmann's parser takes a raw NUL for the end of input, so '{...}\0junk' would pass as the
   // object before it; JSON allows NUL only escaped, so refuse it anywhere.
@@ -200,14 +206,15 @@ std::shared_ptr<const Grammar> parse_response_format(const json& format) {
     throw_bad_request("'response_format.type' must be text, json_object or json_schema", param);
   const json* spec = field(format, "json_schema");
   if (!spec || !spec->is_object()) throw_bad_request("'response_format.json_schema' must be an object", param);
-  if (const json* strict = field(*spec, "strict"); strict && !strict->is_boolean())
-    throw_bad_request("'response_format.json_schema.strict' must be a boolean", param);
+  const json* strict = field(*spec, "strict");
+  if (strict && !strict->is_boolean()) throw_bad_request("'response_format.json_schema.strict' must be a boolean", param);
   const json* schema = field(*spec, "schema");
   if (!schema) throw_bad_request("'response_format.json_schema.schema' is required", param);
   try {
-    return compile_json_schema(nlohmann::json(*schema));
+    // As OpenAI: strict is false unless given.
+    return compile_json_schema(nlohmann::json(*schema), strict && strict->get<bool>());
   } catch (const SchemaError& e) {
-    throw_bad_request(std::string("response_format.json_schema: ") + e.what() + " (keyword '" + e.keyword + "')", param);
+    throw_bad_request("response_format.json_schema: " + schema_error_text(e, "'strict': false"), param);
   }
 }
 
@@ -246,7 +253,8 @@ ChatRequest parse_chat_request(const json& body, const SamplingParams& defaults)
         throw_bad_request("'tool_choice' must be auto, none, required or a named function", "tool_choice");
     } else if (choice->is_object() && choice->contains("function") && (*choice)["function"].is_object() &&
                (*choice)["function"].contains("name") && (*choice)["function"]["name"].is_string()) {
-      r.tool_choice = (*choice)["function"]["name"].get<std::string>();
+      r.tool_choice = "function";  // apart from the name, which may well be "none"
+      r.forced_function = (*choice)["function"]["name"].get<std::string>();
     } else {
       throw_bad_request("'tool_choice' must be auto, none, required or a named function", "tool_choice");
     }

@@ -24,6 +24,9 @@ struct ApiError : std::runtime_error {
 };
 
 [[noreturn]] void throw_bad_request(const std::string& message, const std::string& param = "");
+// A schema the compiler refused, for a 400: the message, the keyword, and for a keyword that
+// could not be enforced, that `lenient` (how the request asks for best effort) would ignore it.
+std::string schema_error_text(const SchemaError& e, const std::string& lenient);
 
 // Parses a request body. Rejects nesting deeper than max_depth before parsing, since the chat
 // template and the JSON writer recurse; nlohmann rejects invalid UTF-8 and raw control bytes.
@@ -46,7 +49,8 @@ constexpr int kMaxChoices = 16;
 struct ChatRequest : SamplingRequest {
   nlohmann::ordered_json messages;                                   // non-empty array of objects
   nlohmann::ordered_json tools = nlohmann::ordered_json::array();
-  std::string tool_choice = "auto";  // auto | none | required | the name of a forced function
+  std::string tool_choice = "auto";  // auto | none | required | function (forced_function)
+  std::string forced_function;       // tool_choice {"type": "function", ...}: its name
   bool parallel_tool_calls = true;
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
 };

@@ -54,13 +54,13 @@ std::shared_ptr<const OutputConstraint> chat_constraint(const ChatRequest& r, To
     if (r.tools.empty()) throw_bad_request("'tool_choice' " + r.tool_choice + " needs 'tools'", "tool_choice");
     if (format == ToolCallFormat::none)
       throw_bad_request("the chat template has no tool-call format, so a tool call cannot be forced", "tool_choice");
-    const bool named = r.tool_choice != "required";
+    const bool named = r.tool_choice == "function";
     const auto style = format == ToolCallFormat::qwen3_coder_xml ? ToolCallStyle::qwen3_coder : ToolCallStyle::hermes;
     try {
-      constraint->grammar = compile_tool_calls(nlohmann::json(r.tools), style, named ? r.tool_choice : "",
+      constraint->grammar = compile_tool_calls(nlohmann::json(r.tools), style, r.forced_function,
                                                named || !r.parallel_tool_calls ? 1 : kMaxParallelCalls);
     } catch (const SchemaError& e) {
-      throw_bad_request(std::string("tools: ") + e.what() + " (keyword '" + e.keyword + "')",
+      throw_bad_request("tools: " + schema_error_text(e, "the function's 'strict': false"),
                         e.keyword == "tool_choice" ? "tool_choice" : "tools");
     }
   } else {
@@ -294,7 +294,10 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   for (int i = 0; i < request.n; ++i) {
     auto parser = std::make_unique<OutputParser>(parse_tools ? options.tool_call_format : ToolCallFormat::none,
                                                  options.parse_reasoning, prompt_opens_reasoning(prompt), json(tools));
-    if (forced_calls) parser->stream_tool_calls();  // the grammar keeps them valid
+    // Forced calls stream in the whole reply too: the grammar keeps them valid, and one cut by
+    // max_tokens stays a call. Free output streams only for a stream, where a call that then
+    // goes wrong keeps what went out; a whole reply keeps such text as content.
+    if (forced_calls || request.stream) parser->stream_tool_calls();
     outputs.push_back(std::make_shared<ChatOutput>(meta, std::move(parser), [this](int32_t id) { return engine.token_text(id); }));
   }
   respond(submit_choices(request.generate, request.n), std::move(outputs), request.stream, request.include_usage, res);

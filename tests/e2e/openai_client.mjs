@@ -21,7 +21,9 @@ const tools = [{
   function: {
     name: "get_weather",
     description: "Get the current weather for a city.",
-    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+    parameters: {
+      type: "object", properties: { city: { type: "string" }, unit: { enum: ["celsius", "fahrenheit"] } }, required: ["city"],
+    },
   },
 }];
 
@@ -78,24 +80,33 @@ async function tools_round_trip() {
   check(call.type === "function" && call.function.name === "get_weather" && call.id, "call fields");
   check(JSON.parse(call.function.arguments).city === "Paris", `arguments ${call.function.arguments}`);
 
-  // Streaming: name first, arguments as deltas, the same call in the end.
+  // Streaming (tool_choice auto): id and name first, then the arguments in several deltas as
+  // they are generated, adding up to the whole reply's arguments.
   const stream = await client.chat.completions.create({ model, messages, tools, temperature: 0, stream: true });
-  let name = "", args = "", id = "", finish = null, content = "";
+  let name = "", args = "", id = "", finish = null, content = "", pieces = 0;
   for await (const chunk of stream) {
     for (const choice of chunk.choices) {
       content += choice.delta.content ?? "";
       for (const tc of choice.delta.tool_calls ?? []) {
         check(tc.index === 0, "tool call index");
         if (tc.id) id = tc.id;
+        check(id && (name || tc.function?.name), `id and name before the arguments: ${JSON.stringify(tc)}`);
         name += tc.function?.name ?? "";
-        args += tc.function?.arguments ?? "";
+        if (tc.function?.arguments) args += tc.function.arguments, pieces++;
       }
       if (choice.finish_reason) finish = choice.finish_reason;
     }
   }
-  check(id && name === "get_weather" && JSON.parse(args).city === "Paris", `streamed call ${name} ${args}`);
+  check(id && name === "get_weather" && args === call.function.arguments && pieces > 1, `streamed call ${name} ${args} in ${pieces}`);
   check(finish === "tool_calls", `streamed finish ${finish}`);
   check(!content.includes("<tool_call>"), "no raw tags in content");
+  // The client's own stream helper rebuilds the same call from the deltas.
+  let deltas = 0;
+  const helper = client.beta.chat.completions.stream({ model, messages, tools, temperature: 0 });
+  helper.on("tool_calls.function.arguments.delta", (e) => { if (e.arguments_delta) deltas++; });
+  const rebuilt = (await helper.finalChatCompletion()).choices[0].message.tool_calls[0];
+  check(rebuilt.id && rebuilt.function.name === "get_weather" && rebuilt.function.arguments === call.function.arguments && deltas > 1,
+        `stream helper: ${JSON.stringify(rebuilt)} from ${deltas} deltas`);
 
   // The tool result goes back; the template must render the call and the result. With
   // tool_choice "none" the (scripted) reply is plain content: the answer.

@@ -1,6 +1,7 @@
 """The official `openai` npm client against the real server (tests/e2e/openai_client.mjs): the
 basic routes, then a tool-call round trip with a scripted model output, so the real parsing path
-runs deterministically on a random-weight model; then response_format and tool_choice "required",
+runs deterministically on a random-weight model (streamed too: id and name, then the arguments in
+fragments); then response_format and tool_choice "required",
 enforced by constrained decoding on that random model."""
 import os
 import subprocess
@@ -10,7 +11,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from server_harness import TINY, Server, check  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TOOL_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+TOOL_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
 
 
 def node(base, mode):

@@ -2,7 +2,8 @@
 tiny models, whose unconstrained output is garbage: every output must parse and validate against
 its schema with an independent validator (Debian's python3-jsonschema), for 20 seeds per schema;
 tool_choice required / named / none in the Qwen3 and Qwen3-Coder formats, streamed and not;
-errors name the schema keyword; an output cut by max_tokens ends with "length"."""
+errors name the schema keyword; strict false ignores what cannot be enforced (the output fits the
+schema without it), strict true refuses it; an output cut by max_tokens ends with "length"."""
 import json
 import os
 import sys
@@ -18,7 +19,8 @@ CODER_TEMPLATE = os.path.join(SHARED, "text", "qwen3-coder", "chat_template.jinj
 MESSAGES = [{"role": "user", "content": "Describe a person."}]
 
 SCHEMAS = {
-    "flat": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer"},
+    "flat": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                              "age": {"type": "integer", "minimum": 0, "exclusiveMaximum": 130},
                                               "score": {"type": "number"}, "ok": {"type": "boolean"}},
              "required": ["name", "age", "score", "ok"], "additionalProperties": False},
     "nested": {"type": "object", "properties": {
@@ -38,7 +40,7 @@ SCHEMAS = {
         {"type": "integer"}, {"type": "string", "maxLength": 6},
         {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}, "required": ["x", "y"]}]}},
         "required": ["value"]},
-    "ref": {"$defs": {"item": {"type": "object", "properties": {"sku": {"type": "string", "pattern": "[A-Z]{3}-[0-9]{2,4}"},
+    "ref": {"$defs": {"item": {"type": "object", "properties": {"sku": {"type": "string", "pattern": "[A-Z]{3}-[0-9]{2,4}", "minLength": 7},
                                                                 "qty": {"type": "integer"}}, "required": ["sku", "qty"]}},
             "type": "object", "properties": {"main": {"$ref": "#/$defs/item"},
                                              "extra": {"type": "array", "items": {"$ref": "#/$defs/item"}, "maxItems": 2}},
@@ -108,20 +110,29 @@ def check_schemas(s):
 
 
 def check_errors(s):
-    def error(schema):
+    def error(schema, strict=True):
         status, r = s.post("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 10, "response_format": {
-            "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+            "type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": strict}}})
         check(status == 400 and r["error"]["param"] == "response_format", f"{schema}: {status} {r}")
         return r["error"]["message"]
-    check("'minimum'" in error({"type": "integer", "minimum": 3}), "the unsupported keyword is named")
-    check("'type'" in error({"type": "text"}), "an invalid type is named")
-    check("'$ref'" in error({"$ref": "#/nowhere"}), "a bad $ref is named")
+    check("'minimum'" in error({"type": "number", "minimum": 3}), "the unsupported keyword is named")
+    check("'uniqueItems'" in error({"type": "array", "uniqueItems": True}), "the unsupported keyword is named")
     check("'pattern'" in error({"type": "string", "pattern": "a(?=b)"}), "an unsupported pattern is named")
+    for strict in (True, False):  # malformed: refused either way
+        check("'type'" in error({"type": "text"}, strict), "an invalid type is named")
+        check("'$ref'" in error({"$ref": "#/nowhere"}, strict), "a bad $ref is named")
+        check("'minimum'" in error({"type": "integer", "minimum": "3"}, strict), "a keyword of the wrong type is named")
     status, r = s.post("/v1/chat/completions", {"messages": MESSAGES, "tools": TOOLS,
                                                 "tool_choice": {"type": "function", "function": {"name": "nope"}}})
     check(status == 400 and r["error"]["param"] == "tool_choice", f"unknown named function: {status} {r}")
     status, r = s.post("/v1/chat/completions", {"messages": MESSAGES, "tool_choice": "required"})
     check(status == 400, f"required without tools: {status} {r}")
+    # A function called "none", forced by name, is called (tool_choice "none" is another thing).
+    named_none = [{"type": "function", "function": {"name": "none", "parameters": {"type": "object", "properties": {}}}}]
+    status, r = s.post("/v1/chat/completions", {"messages": MESSAGES, "tools": named_none, "max_tokens": 40,
+                                                "tool_choice": {"type": "function", "function": {"name": "none"}}})
+    calls = r["choices"][0]["message"].get("tool_calls") or [] if status == 200 else []
+    check(len(calls) == 1 and calls[0]["function"]["name"] == "none", f"a function named none: {status} {r}")
     # Too few tokens to close the JSON: cut, and said so.
     long = {"type": "object", "properties": {"text": {"type": "string", "minLength": 40}}, "required": ["text"]}
     status, r = s.post("/v1/chat/completions", schema_body("long", long, 1, max_tokens=12, n=1))
@@ -133,6 +144,53 @@ def check_errors(s):
     for choice in r["choices"]:
         check(choice["finish_reason"] == "stop", f"tight budget: {choice}")
         validate(choice["message"]["content"], tight["response_format"]["json_schema"]["schema"], "tight budget")
+
+
+# strict false (OpenAI's default): what only narrows the values and cannot be enforced is ignored;
+# the output then fits the schema without those keywords (an integer's bounds still hold).
+LENIENT = {"type": "object", "properties": {
+    "count": {"type": "integer", "minimum": 1, "maximum": 9},  # enforced: an integer's bounds are
+    "ratio": {"type": "number", "minimum": 0.5, "multipleOf": 0.25},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "uniqueItems": True, "maxItems": 3},
+    "code": {"type": "string", "pattern": "^(?!x)[a-z]{2}$", "maxLength": 5}},
+    "required": ["count", "ratio", "tags", "code"], "minProperties": 3, "additionalProperties": False}
+UNENFORCEABLE = {"uniqueItems", "minProperties", "pattern"}  # and a number's minimum, multipleOf
+
+
+def without(schema, keywords):
+    if isinstance(schema, dict):
+        return {k: without(v, keywords) for k, v in schema.items() if k not in keywords}
+    return schema
+
+
+LOOSER = without(dict(LENIENT, properties=dict(LENIENT["properties"], ratio={"type": "number"})), UNENFORCEABLE)
+
+
+def check_lenient(s):
+    looser = LOOSER
+    for strict in (False, None):
+        spec = {"name": "lenient", "schema": LENIENT}
+        if strict is not None:
+            spec["strict"] = strict
+        status, r = s.post("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 60, "seed": 4, "n": 4, "temperature": 1.0,
+                                                    "top_k": 0, "top_p": 1.0, "response_format": {"type": "json_schema", "json_schema": spec}})
+        check(status == 200, f"strict {strict}: {status} {r}")
+        for choice in r["choices"]:
+            validate(choice["message"]["content"], looser, f"strict {strict}")
+    status, r = s.post("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 10, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "lenient", "schema": LENIENT, "strict": True}}})
+    named = [k for k in UNENFORCEABLE | {"minimum", "multipleOf"} if f"keyword '{k}'" in r["error"]["message"]]
+    check(status == 400 and named and "strict" in r["error"]["message"], f"strict true: {status} {r}")
+    # Tool parameters: strict only when the function says so.
+    tool = {"type": "function", "function": {"name": "count", "parameters": LENIENT}}
+    body = {"messages": MESSAGES, "tools": [tool], "tool_choice": "required", "max_tokens": 80, "seed": 2}
+    status, r = s.post("/v1/chat/completions", body)
+    check(status == 200, f"lenient tool: {status} {r}")
+    validate(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], looser, "lenient tool arguments")
+    strict_tool = {"type": "function", "function": dict(tool["function"], strict=True)}
+    status, r = s.post("/v1/chat/completions", dict(body, tools=[strict_tool]))
+    named = [k for k in UNENFORCEABLE | {"minimum", "multipleOf"} if f"keyword '{k}'" in r["error"]["message"]]
+    check(status == 400 and r["error"]["param"] == "tools" and named, f"strict tool: {status} {r}")
 
 
 def stream_calls(s, body):
@@ -223,6 +281,7 @@ def main():
     with Server(TINY, "--batch-size", "4") as s:  # choices decode together
         check_schemas(s)
         check_errors(s)
+        check_lenient(s)
         check_tools(s, "qwen3")
     with Server(TINY, "--chat-template", CODER_TEMPLATE, sequence_length=1024) as s:
         check_tools(s, "qwen3_coder")

@@ -78,6 +78,58 @@ TEST(JsonSchema, StringLengthsAndPatterns) {
   EXPECT_FALSE(accepts(p, "\"ab-123\""));
 }
 
+std::pair<std::string, bool> refusal(const char* text, bool strict);
+
+// An integer's bounds hold digit by digit: a prefix that no more digits can bring within them is
+// refused, and the matcher knows the fewest digits that get there.
+TEST(JsonSchema, IntegerBounds) {
+  auto g = schema(R"({"type":"integer","minimum":-12,"maximum":250})");
+  for (const char* ok : {"-12", "-1", "0", "-0", "7", "99", "250"}) EXPECT_TRUE(accepts(g, ok)) << ok;
+  for (const char* bad : {"-13", "-120", "251", "1000", "2500", "1.5"}) EXPECT_FALSE(accepts(g, bad)) << bad;
+  auto far = schema(R"({"type":["integer","null"],"exclusiveMinimum":999.5,"maximum":1000000})");
+  EXPECT_FALSE(accepts(far, "999"));
+  EXPECT_TRUE(accepts(far, "1000"));
+  EXPECT_TRUE(accepts(far, "null"));
+  EXPECT_FALSE(accepts(far, "1000001"));
+  GrammarMatcher m(far.get());
+  EXPECT_EQ(m.min_bytes(), 4);  // null, or 1000
+  m.feed("5", 1);
+  EXPECT_EQ(m.min_bytes(), 3);  // 5000
+  EXPECT_FALSE(GrammarMatcher(far.get()).feed("-", 1));
+  auto draft4 = schema(R"({"type":"integer","minimum":0,"exclusiveMinimum":true,"maximum":3,"exclusiveMaximum":true})");
+  EXPECT_FALSE(accepts(draft4, "0"));
+  EXPECT_TRUE(accepts(draft4, "1"));
+  EXPECT_TRUE(accepts(draft4, "2"));
+  EXPECT_FALSE(accepts(draft4, "3"));
+  auto negative = schema(R"({"type":"integer","maximum":-40})");
+  GrammarMatcher n(negative.get());
+  EXPECT_EQ(n.min_bytes(), 3);  // -40
+  EXPECT_FALSE(GrammarMatcher(negative.get()).feed("4", 1));
+  EXPECT_TRUE(accepts(negative, "-123456789012345"));
+}
+
+// minLength beside a pattern: the output matches the pattern and is long enough, and the matcher
+// knows the fewest bytes that get there from each state.
+TEST(JsonSchema, PatternWithMinAndMaxLength) {
+  auto g = schema(R"({"type":"string","pattern":"^[a-z]+(-[0-9]{2})*$","minLength":7,"maxLength":10})");
+  EXPECT_TRUE(accepts(g, "\"abcdefg\""));
+  EXPECT_TRUE(accepts(g, "\"ab-12-34\""));
+  EXPECT_FALSE(accepts(g, "\"ab-12\""));        // too short
+  EXPECT_FALSE(accepts(g, "\"abcdefghijk\""));  // too long
+  EXPECT_FALSE(accepts(g, "\"ab-1234\""));      // not the pattern
+  GrammarMatcher m(g.get());
+  EXPECT_EQ(m.min_bytes(), 9);  // quote, seven characters, quote
+  m.feed("\"ab-1", 5);
+  EXPECT_EQ(m.min_bytes(), 5);  // "ab-12" is too short: "2-00" and the quote
+  m.feed("2", 1);
+  EXPECT_EQ(m.min_bytes(), 4);  // "-00" and the quote
+  m.feed("-00", 3);
+  EXPECT_EQ(m.min_bytes(), 1);  // long enough: the quote
+  EXPECT_EQ(refusal(R"({"type":"string","pattern":"^[a-z]{2}$","minLength":3})", false).first, "minLength");
+  EXPECT_EQ(refusal(R"({"type":"string","pattern":"^[a-z]{2,}$","minLength":5,"maxLength":4})", false).first, "maxLength");
+}
+
+
 TEST(JsonSchema, AnyOfRefsAndRecursion) {
   auto g = schema(R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},
                         "next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"]}},
@@ -102,7 +154,7 @@ TEST(JsonSchema, ErrorsNameTheKeyword) {
     }
     return std::string("none");
   };
-  EXPECT_EQ(keyword_of(R"({"type":"integer","minimum":3})"), "minimum");
+  EXPECT_EQ(keyword_of(R"({"type":"number","minimum":3})"), "minimum");
   EXPECT_EQ(keyword_of(R"({"type":"strin"})"), "type");
   EXPECT_EQ(keyword_of(R"({"$ref":"#/components/x"})"), "$ref");
   EXPECT_EQ(keyword_of(R"({"type":"string","pattern":"(a"})"), "pattern");
@@ -113,6 +165,110 @@ TEST(JsonSchema, ErrorsNameTheKeyword) {
   EXPECT_EQ(keyword_of(R"({"$defs":{"a":{"type":"object","properties":{"x":{"$ref":"#/$defs/a"}},"required":["x"]}},
                            "$ref":"#/$defs/a"})"), "$ref");  // no finite instance
   EXPECT_EQ(keyword_of(R"({"type":"object","title":"t","description":"d","properties":{}})"), "none");
+}
+
+// The keyword a schema is refused for ("none" when it compiles), and whether it is a keyword the
+// compiler cannot enforce (rather than a malformed schema).
+std::pair<std::string, bool> refusal(const char* text, bool strict) {
+  try {
+    compile_json_schema(json::parse(text), strict);
+  } catch (const SchemaError& e) {
+    return {e.keyword, e.unsupported};
+  }
+  return {"none", false};
+}
+
+// Not strict, what only narrows the accepted values and cannot be enforced is ignored, and so
+// are unknown keywords; strict refuses them, naming the keyword.
+TEST(JsonSchema, NotStrictIgnoresWhatCannotBeEnforced) {
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {R"({"type":"number","minimum":3})", "minimum"},
+      {R"({"type":"number","exclusiveMaximum":1.5,"multipleOf":0.5})", "exclusiveMaximum"},
+      {R"({"type":"array","items":{"type":"string"},"uniqueItems":true})", "uniqueItems"},
+      {R"({"type":"object","minProperties":1,"patternProperties":{"^x":{}}})", "minProperties"},
+      {R"({"not":{"type":"null"}})", "not"},
+      {R"({"if":{"type":"string"},"then":{"minLength":2}})", "if"},
+      {R"({"type":"array","prefixItems":[{"type":"integer"}]})", "prefixItems"},
+      {R"({"type":"array","items":[{"type":"integer"}]})", "items"},
+      {R"({"allOf":[{"type":"integer"},{"type":"number"}]})", "allOf"},
+      {R"({"$defs":{"n":{"type":"integer"}},"$ref":"#/$defs/n","type":"integer"})", "$ref"},
+      {R"j({"type":"string","pattern":"a(?=b)"})j", "pattern"},
+      {R"({"type":"string","pattern":"[a-z]+","minLength":2000})", "minLength"},
+      {R"({"type":"string","x-vendor-hint":true})", "x-vendor-hint"},
+  };
+  for (const auto& [text, keyword] : cases) {
+    EXPECT_EQ(refusal(text, true), std::make_pair(std::string(keyword), true)) << text;
+    EXPECT_EQ(refusal(text, false).first, "none") << text;
+  }
+  // The output follows the schema without those keywords.
+  auto lenient = [](const char* text) { return compile_json_schema(json::parse(text), false); };
+  auto bounded = lenient(R"({"type":"number","minimum":3,"maximum":5})");
+  EXPECT_TRUE(accepts(bounded, "10.5"));
+  EXPECT_FALSE(accepts(bounded, "\"4\""));
+  auto unique = lenient(R"({"type":"array","items":{"type":"integer"},"uniqueItems":true,"maxItems":2})");
+  EXPECT_TRUE(accepts(unique, "[1,1]"));
+  EXPECT_FALSE(accepts(unique, "[1,2,3]"));
+  EXPECT_FALSE(accepts(unique, "[\"a\"]"));
+  auto lookahead = lenient(R"j({"type":"string","pattern":"a(?=b)","maxLength":3})j");
+  EXPECT_TRUE(accepts(lookahead, "\"zzz\""));
+  EXPECT_FALSE(accepts(lookahead, "\"zzzz\""));
+  auto pattern_and_min = lenient(R"({"type":"string","pattern":"^[a-z]+$","minLength":2000})");
+  EXPECT_TRUE(accepts(pattern_and_min, "\"ab\""));  // the pattern holds, the minimum does not
+  EXPECT_FALSE(accepts(pattern_and_min, "\"AB\""));
+  auto ref = lenient(R"({"$defs":{"n":{"type":"integer"}},"$ref":"#/$defs/n","minimum":1,"type":"string"})");
+  EXPECT_TRUE(accepts(ref, "5"));
+  EXPECT_FALSE(accepts(ref, "\"5\""));
+  auto all = lenient(R"({"allOf":[{"type":"integer"},{"minimum":2}]})");  // its first member
+  EXPECT_TRUE(accepts(all, "1"));
+  EXPECT_FALSE(accepts(all, "true"));
+  auto beside = lenient(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],
+                            "allOf":[{"required":["b"]}]})");  // the keywords beside allOf
+  EXPECT_TRUE(accepts(beside, R"({"a":1})"));
+  EXPECT_FALSE(accepts(beside, R"({"b":1})"));
+}
+
+// A malformed schema is refused whether strict or not, and not as something to ignore.
+TEST(JsonSchema, MalformedSchemasAreRefusedEvenWhenNotStrict) {
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {R"({"type":"integer","minimum":"3"})", "minimum"},
+      {R"({"type":"number","maximum":"3"})", "maximum"},
+      {R"({"type":"integer","minimum":5,"maximum":4})", "minimum"},
+      {R"({"type":"integer","exclusiveMinimum":4,"exclusiveMaximum":5})", "minimum"},
+      {R"({"type":"integer","minimum":1e16})", "minimum"},
+      {R"({"type":"array","uniqueItems":1})", "uniqueItems"},
+      {R"({"type":"object","minProperties":-1})", "minProperties"},
+      {R"({"not":3})", "not"},
+      {R"({"$ref":"#/$defs/missing"})", "$ref"},
+      {R"({"type":"strin"})", "type"},
+      {R"({"type":"string","pattern":"(a"})", "pattern"},
+      {R"({"type":"string","pattern":7})", "pattern"},
+      {R"({"type":"object","properties":[]})", "properties"},
+      {R"({"allOf":[]})", "allOf"},
+      {R"("object")", "schema"},
+      {R"({"type":"string","minLength":3,"maxLength":2})", "maxLength"},
+  };
+  for (const auto& [text, keyword] : cases)
+    for (bool strict : {true, false})
+      EXPECT_EQ(refusal(text, strict), std::make_pair(std::string(keyword), false)) << text << " strict " << strict;
+}
+
+// Tool parameters are strict only when the function says strict: true.
+TEST(JsonSchema, ToolParametersAreStrictOnlyWhenTheFunctionSaysSo) {
+  auto tools = [](const char* strict) {
+    return json::parse(std::string(R"([{"type":"function","function":{"name":"f",)") + strict +
+                       R"("parameters":{"type":"object","properties":{"n":{"type":"number","minimum":1}},"required":["n"]}}}])");
+  };
+  auto lenient = compile_tool_calls(tools(""), ToolCallStyle::hermes, "", 1);
+  EXPECT_TRUE(accepts(lenient, "<tool_call>\n{\"name\":\"f\",\"arguments\":{\"n\":0}}\n</tool_call>"));
+  EXPECT_TRUE(compile_tool_calls(tools(R"("strict":false,)"), ToolCallStyle::qwen3_coder, "", 1));
+  try {
+    compile_tool_calls(tools(R"("strict":true,)"), ToolCallStyle::hermes, "", 1);
+    ADD_FAILURE() << "strict tool parameters with 'minimum' compiled";
+  } catch (const SchemaError& e) {
+    EXPECT_EQ(e.keyword, "minimum");
+    EXPECT_TRUE(e.unsupported);
+  }
+  EXPECT_THROW(compile_tool_calls(tools(R"("strict":"yes",)"), ToolCallStyle::hermes, "", 1), SchemaError);
 }
 
 TEST(JsonSchema, ToolCallsInBothFormats) {
@@ -186,6 +342,9 @@ TEST(TokenMask, RandomOutputsAreValidAndFitTheBudget) {
       {R"({"type":"object","properties":{"name":{"type":"string"},"n":{"type":"integer"}},"required":["n"],
           "additionalProperties":{"type":"boolean"}})", 40},
       {R"({"anyOf":[{"type":"integer"},{"type":"string","pattern":"[a-c]{2,4}"}]})", 12},
+      {R"({"type":"object","properties":{"code":{"type":"string","pattern":"^[a-z]+(-[0-9]{2})*$","minLength":7,
+          "maxLength":10}},"required":["code"]})", 24},
+      {R"({"type":"array","items":{"type":"integer","minimum":-300,"maximum":4000},"minItems":2,"maxItems":4})", 24},
   };
   for (const Case& c : cases) {
     auto g = schema(c.schema);
@@ -242,6 +401,15 @@ TEST(TokenMask, TightBudgetAllowsOnlyWhatStillCloses) {
   EXPECT_TRUE(c.allowed(vocab()->find("x")));
   EXPECT_TRUE(c.mask(logits, 1));  // out of reach anyway: the grammar alone, best effort
   EXPECT_TRUE(c.allowed(vocab()->find("x")));
+  // The grammar alone still refuses what can never end: a tool call's "arguments" before its name.
+  spec.grammar = compile_tool_calls(json::parse(R"([{"type":"function","function":{"name":"f"}}])"), ToolCallStyle::hermes, "", 1);
+  TokenConstraint call(spec, vocab(), {vocab()->find("<|im_end|>")});
+  for (const char* piece : {"<tool_call>", "\n", "{\""}) call.accept(vocab()->find(piece));
+  ASSERT_GE(vocab()->find("arguments"), 0);
+  ASSERT_GE(vocab()->find("name"), 0);
+  EXPECT_TRUE(call.mask(logits, 2));
+  EXPECT_TRUE(call.allowed(vocab()->find("name")));
+  EXPECT_FALSE(call.allowed(vocab()->find("arguments")));
 }
 
 TEST(TokenMask, ThinkingIsFreeUntilItsEnd) {

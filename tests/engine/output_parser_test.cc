@@ -1,5 +1,6 @@
 // OutputParser: every case is parsed whole, byte by byte, code point by code point and in random
-// chunks; all must give the same exact result, and the streamed deltas must add up to it.
+// chunks, with tool calls sent whole and streamed (stream_tool_calls); all splits must give the
+// same exact result, and the deltas must add up to it.
 #include "engine/output_parser.h"
 
 #include <gtest/gtest.h>
@@ -21,6 +22,7 @@ struct Options {
   bool reasoning = true;
   bool starts_in_reasoning = false;
   json tools = nullptr;
+  bool stream_calls = false;
 };
 
 struct Expected {
@@ -69,6 +71,7 @@ std::vector<std::vector<std::string>> splits(const std::string& text) {
 ParsedOutput run(const Options& options, const std::vector<std::string>& chunks) {
   OutputParser parser(options.format, options.reasoning, options.starts_in_reasoning,
                       options.tools);
+  if (options.stream_calls) parser.stream_tool_calls();
   ParsedOutput streamed;
   auto add = [&](const OutputDelta& delta) {
     streamed.content += delta.content;
@@ -99,20 +102,27 @@ ParsedOutput run(const Options& options, const std::vector<std::string>& chunks)
   return result;
 }
 
-void expect_parse(const std::string& text, const Options& options, const Expected& expected) {
-  for (const auto& chunks : splits(text)) {
-    SCOPED_TRACE("split into " + std::to_string(chunks.size()) + " pieces");
-    ParsedOutput result = run(options, chunks);
-    EXPECT_EQ(result.content, expected.content);
-    EXPECT_EQ(result.reasoning, expected.reasoning);
-    ASSERT_EQ(result.tool_calls.size(), expected.calls.size());
-    for (size_t i = 0; i < expected.calls.size(); ++i) {
-      EXPECT_EQ(result.tool_calls[i].name, expected.calls[i].first);
-      EXPECT_EQ(result.tool_calls[i].arguments, expected.calls[i].second);
-      EXPECT_TRUE(json::accept(result.tool_calls[i].arguments));
+// `streamed`: the result when calls are streamed, if it differs (a call that goes wrong after
+// its name was sent stays a call).
+void expect_parse(const std::string& text, Options options, const Expected& expected,
+                  const Expected* streamed = nullptr) {
+  for (bool stream : {false, true}) {
+    options.stream_calls = stream;
+    const Expected& want = stream && streamed ? *streamed : expected;
+    for (const auto& chunks : splits(text)) {
+      SCOPED_TRACE(std::string(stream ? "streamed calls, " : "") + "split into " + std::to_string(chunks.size()) + " pieces");
+      ParsedOutput result = run(options, chunks);
+      EXPECT_EQ(result.content, want.content);
+      EXPECT_EQ(result.reasoning, want.reasoning);
+      ASSERT_EQ(result.tool_calls.size(), want.calls.size());
+      for (size_t i = 0; i < want.calls.size(); ++i) {
+        EXPECT_EQ(result.tool_calls[i].name, want.calls[i].first);
+        EXPECT_EQ(result.tool_calls[i].arguments, want.calls[i].second);
+      }
+      if (::testing::Test::HasFailure()) return;  // one report per case is enough
     }
-    if (::testing::Test::HasFailure()) return;  // one report per case is enough
   }
+  for (const auto& call : expected.calls) EXPECT_TRUE(json::accept(call.second)) << call.second;
 }
 
 std::string hermes(const std::string& name, const std::string& arguments) {
@@ -158,7 +168,7 @@ TEST(OutputParser, ThinkTagsAreTextWhenReasoningIsOffOrMidContent) {
 
 TEST(HermesToolCalls, SingleCall) {
   expect_parse(hermes("get_weather", R"({"city": "Paris", "days": 3})"), {},
-               {"", "", {{"get_weather", R"({"city":"Paris","days":3})"}}});
+               {"", "", {{"get_weather", R"({"city": "Paris", "days": 3})"}}});
 }
 
 TEST(HermesToolCalls, TextBeforeAndAfterAndSeveralCalls) {
@@ -167,16 +177,16 @@ TEST(HermesToolCalls, TextBeforeAndAfterAndSeveralCalls) {
                      "\n\nDone.";
   expect_parse(text, {ToolCallFormat::hermes_json, true, false, kWeatherTools},
                {"Let me check both.\n\nDone.", "",
-                {{"get_weather", R"({"city":"Paris"})"},
-                 {"get_weather", R"({"city":"Tōkyō 東京"})"}}});
+                {{"get_weather", R"({"city": "Paris"})"},
+                 {"get_weather", R"({"city": "Tōkyō 東京"})"}}});
 }
 
-TEST(HermesToolCalls, NestedJsonKeepsKeyOrderAndEscapes) {
+// The arguments are the object's text as the model wrote it (so a stream can send it as it grows).
+TEST(HermesToolCalls, ArgumentsAreTheObjectAsWritten) {
   std::string arguments =
       R"({"zeta": {"list": [1, 2.5, {"deep": [true, null]}], "s": "quote \" and <tool_call> \n"}, "alpha": -7})";
   expect_parse(hermes("write_file", arguments), {},
-               {"", "", {{"write_file",
-                  R"({"zeta":{"list":[1,2.5,{"deep":[true,null]}],"s":"quote \" and <tool_call> \n"},"alpha":-7})"}}});
+               {"", "", {{"write_file", arguments}}});
 }
 
 TEST(HermesToolCalls, ArgumentsAsJsonStringOrMissing) {
@@ -185,10 +195,22 @@ TEST(HermesToolCalls, ArgumentsAsJsonStringOrMissing) {
   expect_parse(R"(<tool_call>{"name": "f"}</tool_call>)", {}, {"", "", {{"f", "{}"}}});
 }
 
+// Layouts other than {"name", "arguments": {...}} are parsed whole (and so not streamed): their
+// arguments are the compact JSON of the object.
+TEST(HermesToolCalls, OtherLayoutsAreParsedWhole) {
+  expect_parse(R"(<tool_call>{"arguments": {"city": "Oslo"}, "name": "get_weather"}</tool_call>)", {},
+               {"", "", {{"get_weather", R"({"city":"Oslo"})"}}});
+  expect_parse(R"(<tool_call>{"name": "get_weather", "parameters": {"city": "Oslo"}}</tool_call>)", {},
+               {"", "", {{"get_weather", R"({"city":"Oslo"})"}}});
+  // A key after the arguments: still one valid call, the arguments as written.
+  expect_parse(R"(<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}, "id": 7}</tool_call>)", {},
+               {"", "", {{"get_weather", R"({"city": "Oslo"})"}}});
+}
+
 TEST(HermesToolCalls, ThinkThenCall) {
   std::string text = "<think>\nI need the weather.\n</think>\n\n" +
                      hermes("get_weather", R"({"city": "Oslo"})");
-  expect_parse(text, {}, {"", "I need the weather.", {{"get_weather", R"({"city":"Oslo"})"}}});
+  expect_parse(text, {}, {"", "I need the weather.", {{"get_weather", R"({"city": "Oslo"})"}}});
 }
 
 TEST(HermesToolCalls, CallInsideReasoningIsReasoning) {
@@ -198,7 +220,7 @@ TEST(HermesToolCalls, CallInsideReasoningIsReasoning) {
 
 TEST(HermesToolCalls, CompleteCallMissingOnlyItsClosingTag) {
   expect_parse("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n", {},
-               {"", "", {{"f", R"({"a":1})"}}});
+               {"", "", {{"f", R"({"a": 1})"}}});
 }
 
 TEST(HermesToolCalls, MalformedFallsBackToVerbatimText) {
@@ -212,8 +234,10 @@ TEST(HermesToolCalls, MalformedFallsBackToVerbatimText) {
   std::string not_object = R"(<tool_call>{"name": "f", "arguments": [1]}</tool_call>)";
   expect_parse(not_object, {}, {not_object, "", {}});
   // A raw NUL after the JSON object (which nlohmann alone would take for the end of input).
+  // Streamed, its name and arguments went out before the NUL: the call stands as sent.
   std::string nul = std::string("<tool_call>{\"name\": \"f\", \"arguments\": {}}") + '\0' + "x</tool_call>";
-  expect_parse(nul, {}, {nul, "", {}});
+  const Expected sent{"", "", {{"f", "{}"}}};
+  expect_parse(nul, {}, {nul, "", {}}, &sent);
   // A partial opening tag at the very end.
   expect_parse("Hello <tool_ca", {}, {"Hello <tool_ca", "", {}});
 }
@@ -221,7 +245,7 @@ TEST(HermesToolCalls, MalformedFallsBackToVerbatimText) {
 TEST(HermesToolCalls, UnknownFunctionIsTextWhenToolsAreGiven) {
   std::string text = hermes("rm_rf", R"({"path": "/"})");
   expect_parse(text, {ToolCallFormat::hermes_json, true, false, kWeatherTools}, {text, "", {}});
-  expect_parse(text, {}, {"", "", {{"rm_rf", R"({"path":"/"})"}}});  // no tools: no check
+  expect_parse(text, {}, {"", "", {{"rm_rf", R"({"path": "/"})"}}});  // no tools: no check
 }
 
 TEST(HermesToolCalls, ValidCallAfterInvalidOne) {
@@ -296,7 +320,8 @@ TEST(CoderToolCalls, MissingParameterCloseTagAndNoParameters) {
 
 TEST(CoderToolCalls, MalformedFallsBackToVerbatimText) {
   std::string cut = "Hm.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar";
-  expect_parse(cut, coder(), {cut, "", {}});
+  const Expected cut_streamed{"Hm.", "", {{"get_weather", "{"}}};  // what went out
+  expect_parse(cut, coder(), {cut, "", {}}, &cut_streamed);
   std::string unknown =
       "<tool_call>\n<function=launch>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>";
   expect_parse(unknown + " ok", coder(), {unknown + " ok", "", {}});
@@ -386,46 +411,93 @@ TEST(OutputParser, PromptOpensReasoning) {
 namespace ellm {
 namespace {
 
-// stream_tool_calls: pushed a byte at a time, the call's header comes first and alone, then
-// the arguments in several fragments that add up to valid JSON equal to the whole-call parse.
-void check_streamed_call(ToolCallFormat format, const std::string& text, const std::string& name,
-                         const nlohmann::json& arguments) {
+// stream_tool_calls on free output (tool_choice auto), pushed a byte at a time: the text before
+// the call streams as content first; the call's id and name come alone as soon as its name is
+// known, then its arguments in several fragments which add up to exactly the arguments the whole
+// parse (calls not streamed) of the same text reports.
+void check_streamed_call(ToolCallFormat format, const std::string& before, const std::string& call,
+                         const std::string& name, const nlohmann::json& arguments) {
+  const std::string text = before + call;
+  OutputParser whole(format, true, false, kWeatherTools);
+  whole.push(text);
+  whole.finish();
+  ASSERT_EQ(whole.result().tool_calls.size(), 1u) << text;
+
   OutputParser parser(format, true, false, kWeatherTools);
   parser.stream_tool_calls();
   std::vector<ToolCallDelta> deltas;
-  auto take = [&](OutputDelta d) {
-    EXPECT_TRUE(d.content.empty()) << d.content;
-    for (auto& t : d.tool_calls) deltas.push_back(t);
+  std::string content;
+  size_t header_at = 0;  // bytes pushed when the header came
+  auto take = [&](OutputDelta d, size_t pushed) {
+    if (!d.content.empty()) EXPECT_TRUE(deltas.empty()) << "content after the call began: " << d.content;
+    content += d.content;
+    for (auto& t : d.tool_calls) {
+      if (deltas.empty()) header_at = pushed;
+      deltas.push_back(t);
+    }
   };
-  for (char c : text) take(parser.push(std::string(1, c)));
-  take(parser.finish());
+  for (size_t i = 0; i < text.size(); ++i) take(parser.push(text.substr(i, 1)), i + 1);
+  take(parser.finish(), text.size());
   ASSERT_GE(deltas.size(), 3u) << text;
   EXPECT_FALSE(deltas[0].id.empty());
   EXPECT_EQ(deltas[0].name, name);
   EXPECT_EQ(deltas[0].arguments, "");
+  // The header goes out once the name is read, well before the call's end.
+  EXPECT_LT(header_at, before.size() + call.find(name) + name.size() + 20);
   std::string joined;
   for (size_t i = 1; i < deltas.size(); ++i) {
     EXPECT_TRUE(deltas[i].id.empty() && deltas[i].name.empty());
     EXPECT_EQ(deltas[i].index, 0);
+    EXPECT_FALSE(deltas[i].arguments.empty());
     joined += deltas[i].arguments;
   }
+  EXPECT_EQ(joined, whole.result().tool_calls[0].arguments);
   EXPECT_EQ(nlohmann::json::parse(joined), arguments);
+  EXPECT_EQ(content, whole.result().content);
   ASSERT_EQ(parser.result().tool_calls.size(), 1u);
   EXPECT_EQ(parser.result().tool_calls[0].arguments, joined);
-  EXPECT_EQ(parser.result().content, "");
 }
 
 TEST(StreamedToolCalls, HermesArgumentsGrowWithTheText) {
-  check_streamed_call(ToolCallFormat::hermes_json,
+  check_streamed_call(ToolCallFormat::hermes_json, "",
                       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa}ris\\\"\", \"days\": 3}}\n</tool_call>",
                       "get_weather", {{"city", "Pa}ris\""}, {"days", 3}});
+  check_streamed_call(ToolCallFormat::hermes_json, "Let me look that up.\n\n",
+                      "<tool_call>\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"a</tool_call>.txt\", "
+                      "\"options\": {\"x\": [1, {\"y\": null}]}, \"mode\": 420}}\n</tool_call>",
+                      "write_file", {{"path", "a</tool_call>.txt"}, {"options", {{"x", {1, {{"y", nullptr}}}}}}, {"mode", 420}});
 }
 
 TEST(StreamedToolCalls, CoderSendsAParameterAtATime) {
-  check_streamed_call(ToolCallFormat::qwen3_coder_xml,
+  check_streamed_call(ToolCallFormat::qwen3_coder_xml, "",
                       "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n"
                       "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
                       "get_weather", {{"city", "New York"}, {"days", 3}});
+  check_streamed_call(ToolCallFormat::qwen3_coder_xml, "I'll write the file.\n",
+                      "<tool_call>\n<function=write_file>\n<parameter=path>\n/tmp/x\n</parameter>\n"
+                      "<parameter=content>\nline 1\n<b>line 2</b>\n</parameter>\n<parameter=force>\ntrue\n</parameter>\n"
+                      "</function>\n</tool_call>",
+                      "write_file", {{"path", "/tmp/x"}, {"content", "line 1\n<b>line 2</b>"}, {"force", true}});
+}
+
+// A streamed call that goes wrong after its name went out cannot be taken back: it stands with
+// what was sent, the rest of its block is dropped, and what follows the block is read as usual.
+// Not streamed, the same block is content.
+TEST(StreamedToolCalls, ACallThatGoesWrongAfterItsNameStandsAsSent) {
+  const std::string broken = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"\n</tool_call>";
+  const std::string good = hermes("get_weather", R"({"city": "Rome"})");
+  const Options tools{ToolCallFormat::hermes_json, true, false, kWeatherTools};
+  const Expected streamed{"\nThen.", "", {{"get_weather", "{\"city\": \"Oslo\"\n"}, {"get_weather", R"({"city": "Rome"})"}}};
+  expect_parse(broken + "\nThen.\n" + good, tools, {broken + "\nThen.", "", {{"get_weather", R"({"city": "Rome"})"}}}, &streamed);
+  // Balanced braces but not JSON.
+  const std::string bad_json = hermes("get_weather", R"({"city": Oslo})");
+  const Expected bad_json_streamed{"", "", {{"get_weather", R"({"city": Oslo})"}}};
+  expect_parse(bad_json, tools, {bad_json, "", {}}, &bad_json_streamed);
+  // Qwen3-Coder: the second function of a block is unknown.
+  const std::string coder_block = "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n"
+                                  "<function=launch>\n</function>\n</tool_call>";
+  const Expected coder_streamed{"ok", "", {{"get_weather", R"({"city":"Oslo"})"}}};
+  expect_parse(coder_block + "ok", coder(), {coder_block + "ok", "", {}}, &coder_streamed);
 }
 
 TEST(StreamedToolCalls, SeveralCallsPushedAtOnce) {

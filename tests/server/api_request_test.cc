@@ -153,8 +153,14 @@ TEST(ChatRequest, ToolChoiceForms) {
   EXPECT_EQ(parse_chat_request(body, defaults()).tool_choice, "none");
   body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
   ChatRequest r = parse_chat_request(body, defaults());
-  EXPECT_EQ(r.tool_choice, "get_weather");
+  EXPECT_EQ(r.tool_choice, "function");
+  EXPECT_EQ(r.forced_function, "get_weather");
   EXPECT_EQ(r.tools.size(), 1u);
+  // A function may be called "none": forcing it is not tool_choice "none".
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "none"}}}};
+  r = parse_chat_request(body, defaults());
+  EXPECT_EQ(r.tool_choice, "function");
+  EXPECT_EQ(r.forced_function, "none");
 }
 
 TEST(CompletionRequest, PromptForms) {
@@ -215,14 +221,21 @@ TEST(ResponseFormat, BadFormatsAndSchemasAre400sNamingTheKeyword) {
   expect_chat_error(with({{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}), 400, "response_format");
   expect_chat_error(with({{"type", "json_schema"}, {"json_schema", {{"schema", json::object()}, {"strict", "yes"}}}}),
                     400, "response_format");
+  // strict: true refuses what it cannot enforce, naming it; without strict (OpenAI's default
+  // false) it is ignored.
+  const json multiple_of = {{"type", "number"}, {"multipleOf", 2}};
   try {
-    parse_chat_request(with({{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "number"}, {"multipleOf", 2}}}}}}),
-                       defaults());
-    FAIL() << "multipleOf accepted";
+    parse_chat_request(with({{"type", "json_schema"}, {"json_schema", {{"schema", multiple_of}, {"strict", true}}}}), defaults());
+    FAIL() << "multipleOf accepted with strict";
   } catch (const ApiError& e) {
     EXPECT_EQ(e.status, 400);
-    EXPECT_NE(std::string(e.what()).find("'multipleOf'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("keyword 'multipleOf'; with 'strict': false it is ignored"), std::string::npos) << e.what();
   }
+  for (json spec : {json{{"schema", multiple_of}}, json{{"schema", multiple_of}, {"strict", false}}})
+    EXPECT_NE(parse_chat_request(with({{"type", "json_schema"}, {"json_schema", spec}}), defaults()).json_grammar, nullptr);
+  // A malformed schema is refused either way.
+  expect_chat_error(with({{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "number"}, {"multipleOf", "2"}}}}}}),
+                    400, "response_format");
 }
 
 }  // namespace
