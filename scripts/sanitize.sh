@@ -13,7 +13,7 @@ root=$PWD
 e2e='server_api|load|hostile|server_openai|sessions|choices'
 case "$kind" in
   asan)
-    e2e="$e2e|structured_output"  # the grammar code on untrusted schemas, under ASan too
+    e2e="$e2e|structured_output|streamed_tool_calls"  # the grammar and tool-call parsing on untrusted input, under ASan too
     flags=-DELLM_SANITIZE=ON
     targets="ellm test_base test_kernels test_model test_text test_engine test_server" ;;
   tsan)
