@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <numeric>
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/kernels.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weights.h"
@@ -180,6 +182,61 @@ TEST(Fp8Load, ConfigBlockSizeAndFormat) {
   EXPECT_EQ(with("\"quant_method\": \"fp8\"", "\"quant_method\": \"awq\""),
             dir / "config.json" +
                 ": quantization_config.quant_method 'awq' is not supported (only \"fp8\")");
+}
+
+// A fused group whose parts differ (k_proj BF16 beside FP8 q_proj and v_proj) is dequantised to
+// BF16 as a whole: the model gives, bit for bit, the logits of the checkpoint that holds q_proj and
+// v_proj as the BF16 values of code x factor (the other layers FP8 in both).
+TEST(Fp8Load, MixedFusedGroupIsDequantisedToBf16) {
+  auto is = [](const TensorSpec& s, const char* weight) {
+    return s.name.find(weight) != std::string::npos;
+  };
+  test::ScratchDir mixed, reference;
+  std::vector<TensorSpec> mixed_specs;
+  write_fp8_checkpoint(mixed.path, test::small_dense_config(), [&](std::vector<TensorSpec>& specs) {
+    for (TensorSpec s : specs) {
+      if (is(s, "k_proj.weight_scale_inv")) continue;
+      if (is(s, "k_proj.weight")) s.dtype = "BF16";
+      mixed_specs.push_back(s);
+    }
+    specs = mixed_specs;
+  });
+
+  const SafetensorsStore store = SafetensorsStore::open(mixed.path);
+  std::vector<TensorSpec> specs;
+  for (TensorSpec s : mixed_specs) {
+    const bool qv = is(s, "q_proj.weight") || is(s, "v_proj.weight");
+    if (qv && s.dtype == "F32") continue;  // the factors
+    if (qv) s.dtype = "BF16";
+    specs.push_back(s);
+  }
+  std::filesystem::copy_file(mixed / "config.json", reference / "config.json");
+  std::vector<size_t> all(specs.size());
+  std::iota(all.begin(), all.end(), size_t(0));
+  write_safetensors_bytes(
+      reference / "model.safetensors", specs, all,
+      [&](size_t tensor, int64_t first, int64_t count, uint8_t* out) {
+        const TensorInfo& t = store.get(specs[tensor].name);
+        if (specs[tensor].dtype != "BF16" || t.dtype == Dtype::bf16) {  // as stored
+          const size_t width = t.dtype == Dtype::f32 ? 4 : t.dtype == Dtype::bf16 ? 2 : 1;
+          std::memcpy(out, t.data + size_t(first) * width, size_t(count) * width);
+          return;
+        }
+        const TensorInfo& factors = store.get(t.name + "_scale_inv");  // F32 [n/128][k/128]
+        const int64_t k = t.shape[1], k_blocks = (k + 127) / 128;
+        for (int64_t i = 0; i < count; ++i) {
+          const int64_t e = first + i;
+          float factor;
+          std::memcpy(&factor, factors.data + 4 * ((e / k / 128) * k_blocks + e % k / 128), 4);
+          const bf16 v = f32_to_bf16(fp8_e4m3_to_f32(t.data[e]) * factor);
+          std::memcpy(out + 2 * i, &v, 2);
+        }
+      });
+
+  auto with_mixed = Model::load(mixed.path, limits());
+  auto with_bf16 = Model::load(reference.path, limits());
+  EXPECT_EQ(with_mixed->weight_bytes(), with_bf16->weight_bytes());
+  EXPECT_EQ(run_tokens(*with_mixed, {1, 2, 3, 4}), run_tokens(*with_bf16, {1, 2, 3, 4}));
 }
 
 // The packed codes and factors of every FP8 matrix of two loads, compared byte for byte.
