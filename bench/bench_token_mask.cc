@@ -12,7 +12,7 @@
 #include <random>
 
 #include "base/threads.h"
-#include "engine/token_mask.h"
+#include "grammar/token_mask.h"
 #include "text/tokenizer/tokenizer.h"
 #include "tools/machine_limits.h"
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "engine/grammar_matcher.h"
-#include "engine/json_schema.h"
+#include "grammar/grammar_matcher.h"
+#include "grammar/json_schema.h"
 
 namespace {
 

@@ -11,20 +11,22 @@ import re
 import sys
 
 TIERS = ["kernels/scalar", "kernels/avx2", "kernels/avx512", "kernels/amx"]
-LAYERS = ["base", "kernels", "model", "text", "engine", "server", "tools", "cli"]
+LAYERS = ["base", "kernels", "model", "text", "grammar", "engine", "server", "tools", "cli"]
 
 # (folders whose files are checked, folders they may not include from, why)
 RULES = [
-    (["base"], ["kernels", "model", "text", "engine", "server", "tools", "cli"],
+    (["base"], ["kernels", "model", "text", "grammar", "engine", "server", "tools", "cli"],
      "base is the bottom layer"),
     (["kernels"], ["model", "text", "engine", "server", "tools", "cli"],
      "kernels know nothing of models and requests"),
-    (["model", "kernels", "text"], ["engine", "server"],
-     "model, kernels and text sit below engine and server"),
+    (["model", "kernels", "text"], ["grammar", "engine", "server"],
+     "model, kernels and text sit below grammar, engine and server"),
+    (["grammar"], ["model", "kernels", "engine", "server"],
+     "grammar (constrained decoding) knows text and base only, and sits below engine"),
     (["text"], ["model", "kernels"], "text knows nothing of tensors"),
     (["server"], ["model", "kernels"], "server knows nothing of kernels and tensors"),
     (["engine"], ["server", "cli"], "engine knows nothing of HTTP"),
-    (["base", "kernels", "model", "text", "engine", "server"], ["tools", "cli"],
+    (["base", "kernels", "model", "text", "grammar", "engine", "server"], ["tools", "cli"],
      "benchmark and test helpers (tools/) and the commands (cli/) are not part of the layers"),
 ] + [([tier], [t for t in TIERS if t != tier], "a kernel tier includes no other tier")
      for tier in TIERS]
@@ -67,10 +69,12 @@ def self_test():
                ("model/x.cc", "engine/engine.h"), ("kernels/x.cc", "server/server.h"),
                ("text/x.cc", "kernels/kernels.h"), ("text/jinja/x.cc", "model/config.h"),
                ("kernels/avx2/x.cc", "kernels/avx512/avx512.h"), ("engine/x.cc", "tools/make_model.h"),
-               ("kernels/x.cc", "model/model.h"), ("base/x.cc", "kernels/kernels.h")]
+               ("kernels/x.cc", "model/model.h"), ("base/x.cc", "kernels/kernels.h"),
+               ("grammar/x.cc", "engine/engine.h"), ("text/x.cc", "grammar/json_schema.h")]
     fine = [("server/x.cc", "engine/engine.h"), ("kernels/avx2/x.cc", "kernels/vec_avx2.h"),
             ("tools/x.cc", "kernels/amx/amx_tiles.h"), ("cli/x.cc", "tools/make_model.h"),
-            ("engine/x.cc", "model/model.h"), ("text/jinja/x.cc", "text/tokenizer/unicode.h")]
+            ("engine/x.cc", "model/model.h"), ("text/jinja/x.cc", "text/tokenizer/unicode.h"),
+            ("grammar/x.cc", "text/tokenizer/tokenizer.h"), ("engine/x.cc", "grammar/token_mask.h")]
     assert len(breaches(samples)) == len(samples), breaches(samples)
     assert not breaches(fine), breaches(fine)
 

@@ -6,7 +6,7 @@
 
 #include "base/error.h"
 #include "engine/scheduler.h"
-#include "engine/token_mask.h"
+#include "grammar/token_mask.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace ellm {

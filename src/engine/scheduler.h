@@ -17,7 +17,7 @@
 #include "engine/session_store.h"
 #include "engine/slots.h"
 #include "engine/stop.h"
-#include "engine/token_mask.h"
+#include "grammar/token_mask.h"
 #include "model/model.h"
 #include "text/tokenizer/tokenizer.h"
 

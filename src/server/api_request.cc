@@ -5,7 +5,7 @@
 #include <limits>
 #include <optional>
 
-#include "engine/json_schema.h"
+#include "grammar/json_schema.h"
 
 namespace ellm {
 

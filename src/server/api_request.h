@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
-#include "engine/json_schema.h"
+#include "grammar/json_schema.h"
 
 namespace ellm {
 

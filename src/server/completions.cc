@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "base/error.h"
-#include "engine/token_mask.h"
+#include "grammar/token_mask.h"
 #include "server/api_response.h"
 #include "server/server_impl.h"
 #include "text/chat_template.h"

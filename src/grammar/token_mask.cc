@@ -1,4 +1,4 @@
-#include "engine/token_mask.h"
+#include "grammar/token_mask.h"
 
 #include <algorithm>
 #include <array>

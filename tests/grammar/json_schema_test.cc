@@ -5,10 +5,10 @@
 #include <cmath>
 #include <random>
 
-#include "engine/grammar_matcher.h"
-#include "engine/json_schema.h"
-#include "engine/token_mask.h"
-#include "engine_test_util.h"
+#include "grammar/grammar_matcher.h"
+#include "grammar/json_schema.h"
+#include "grammar/token_mask.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace ellm {
 namespace {
@@ -22,8 +22,9 @@ bool accepts(const std::shared_ptr<const Grammar>& g, const std::string& text) {
 
 std::shared_ptr<const Grammar> schema(const char* text) { return compile_json_schema(json::parse(text)); }
 
+// The real Qwen3 vocabulary, as the tiny models ship it.
 const std::shared_ptr<const VocabIndex>& vocab() {
-  static auto v = std::make_shared<const VocabIndex>(*test_tokenizer());
+  static auto v = std::make_shared<const VocabIndex>(*Tokenizer::load(ELLM_SHARED "/models/tiny-qwen3"));
   return v;
 }
 

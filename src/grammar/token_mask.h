@@ -16,8 +16,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/grammar_matcher.h"
-#include "engine/json_schema.h"
+#include "grammar/grammar_matcher.h"
+#include "grammar/json_schema.h"
 
 namespace ellm {
 

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/json_schema.h"
+#include "grammar/json_schema.h"
 
 namespace ellm {
 

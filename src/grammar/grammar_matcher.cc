@@ -2,7 +2,7 @@
 // a child, so finishing a child is just a pop. Values that may end without a closing byte
 // (numbers, Qwen3-Coder strings, an enum whose literal is a prefix of another) end when the next
 // byte cannot continue them: it is then handed to the parent (pop_retry).
-#include "engine/grammar_matcher.h"
+#include "grammar/grammar_matcher.h"
 
 #include <algorithm>
 #include <bit>

@@ -5,7 +5,7 @@
 #include <bit>
 #include <climits>
 
-#include "engine/json_schema.h"
+#include "grammar/json_schema.h"
 
 namespace ellm {
 

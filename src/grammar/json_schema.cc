@@ -1,5 +1,5 @@
 // JSON Schema -> grammar nodes (engine/json_schema.h), and the tool-call grammars built on it.
-#include "engine/json_schema.h"
+#include "grammar/json_schema.h"
 
 #include <algorithm>
 #include <climits>
