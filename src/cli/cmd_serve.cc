@@ -183,6 +183,7 @@ int cmd_serve(int argc, char** argv) {
   limits.kv_memory_bytes = parse_byte_size(kv_memory, "serve --kv-memory");
   limits.quantize_fp8 = quantize_fp8_requested(app);
 
+  Server::check_address(host, port);
   auto tokenizer = Tokenizer::load(model_path);
   ChatTemplate chat_template = ChatTemplate::load(model_path, chat_template_file);
   GenerationDefaults defaults = load_generation_defaults(model_path);

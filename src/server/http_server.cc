@@ -240,6 +240,13 @@ class ClientStream final : public httplib::Stream {
 };
 
 HttpServer::HttpServer(ConnectionLimits limits) : limits_(limits) {
+  // httplib's default sets SO_REUSEPORT, with which a second server binds a port another one
+  // listens on and the kernel splits the connections between them. SO_REUSEADDR alone still
+  // lets a restarted server bind while old connections sit in TIME_WAIT.
+  set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   const size_t threads = static_cast<size_t>(std::max(4, limits_.max_connections));
   new_task_queue = [threads] { return new ConnectionThreads(threads); };
   // What the Keep-Alive header announces; process_and_close_socket() enforces them.

@@ -1,7 +1,13 @@
 #include "server/server.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include "base/error.h"
@@ -186,10 +192,47 @@ bool Server::Impl::past_grace() const {
 
 // ---- Server ----
 
+namespace {
+
+// Why binding host:port fails, as the system says it, or "" when it can be bound now (httplib
+// only reports that it failed). Binds a socket of its own with the server's options.
+std::string bind_error(const std::string& host, int port) {
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0)
+    return ::gai_strerror(rc);
+  std::string why = "no address to bind";
+  for (addrinfo* a = found; a; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) { why = std::strerror(errno); continue; }
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    const bool bound = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+    if (!bound) why = std::strerror(errno);
+    ::close(fd);
+    if (bound) { why.clear(); break; }
+  }
+  ::freeaddrinfo(found);
+  return why;
+}
+
+std::string cannot_listen(const std::string& host, int port, const std::string& why) {
+  return "serve: cannot listen on " + host + ":" + std::to_string(port) + ": " + why;
+}
+
+}  // namespace
+
 Server::Server(Engine& engine, const ChatTemplate& chat_template, ServerOptions options)
     : impl_(std::make_unique<Impl>(engine, chat_template, std::move(options))) {}
 
 Server::~Server() = default;
+
+void Server::check_address(const std::string& host, int port) {
+  if (port == 0) return;
+  if (std::string why = bind_error(host, port); !why.empty()) throw Error(cannot_listen(host, port, why));
+}
 
 int Server::bind(const std::string& host, int port) {
   if (port == 0) {
@@ -198,8 +241,10 @@ int Server::bind(const std::string& host, int port) {
     impl_->http.widen_backlog();
     return bound;
   }
-  if (!impl_->http.bind_to_port(host, port))
-    throw Error("serve: cannot listen on " + host + ":" + std::to_string(port) + " (address in use or not available)");
+  if (!impl_->http.bind_to_port(host, port)) {
+    std::string why = bind_error(host, port);
+    throw Error(cannot_listen(host, port, why.empty() ? "bind failed" : why));
+  }
   impl_->http.widen_backlog();
   return port;
 }

@@ -31,7 +31,11 @@ class Server {
   Server(Engine& engine, const ChatTemplate& chat_template, ServerOptions options);
   ~Server();
 
-  // Binds host:port (port 0 = any free port) and returns the port. Throws Error on failure.
+  // Throws Error naming host:port and the system's reason when it cannot be bound now (another
+  // server listens there, say): called before a long model load, so the mistake shows at once.
+  static void check_address(const std::string& host, int port);
+  // Binds host:port (port 0 = any free port) and returns the port. Throws Error on failure,
+  // also when another server already listens there (no SO_REUSEPORT).
   int bind(const std::string& host, int port);
   // Serves until shutdown() completes; returns then.
   void run();

@@ -9,7 +9,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from server_harness import TINY, TINY_MOE, Server, check  # noqa: E402
+from server_harness import BIN, TINY, TINY_MOE, Server, check  # noqa: E402
 
 CHAT = {"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 6, "temperature": 0}
 
@@ -173,7 +173,30 @@ def test_queue_full_and_disconnect(model):
         check(s.stop() == 0, "SIGTERM exit code")
 
 
+def test_port_in_use(model):
+    """A second server on the port the first listens on fails at once, naming the address; the
+    first keeps every connection (no SO_REUSEPORT splitting them between the two)."""
+    with Server(model) as first:
+        second = subprocess.run([BIN, "serve", "--model-path", model, "--host", "127.0.0.1",
+                                 "--port", str(first.port)], capture_output=True, text=True, timeout=60)
+        check(second.returncode != 0, f"second server exit code {second.returncode}: {second.stdout}")
+        err = second.stderr.strip().splitlines()
+        check(len(err) == 1 and f"127.0.0.1:{first.port}" in err[0] and "in use" in err[0],
+              f"one line naming the address: {second.stderr!r}")
+        check("serving" not in second.stdout, f"the second server never says it serves: {second.stdout!r}")
+        for _ in range(20):  # with two listeners the kernel would hand some of these to the second
+            check(first.get("/health")[0] == 200, "the first server answers every connection")
+    with socket.socket() as holder:  # a port held by another program is refused just the same
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        r = subprocess.run([BIN, "serve", "--model-path", model, "--host", "127.0.0.1", "--port", str(port)],
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode != 0 and f"127.0.0.1:{port}" in r.stderr, f"port held by another socket: {r.stderr!r}")
+
+
 def main():
+    test_port_in_use(TINY)
     for model in (TINY, TINY_MOE):
         name = os.path.basename(model)
         with Server(model) as s:
