@@ -87,7 +87,7 @@ int cmd_serve(int argc, char** argv) {
   int64_t sequence_length = 0, batch_size = 4, chunk_size = 0, max_queue = 64;
   double shutdown_grace = 10, request_deadline = 60, write_timeout = 30, max_decode_stall_ms = 500;
   int max_connections = 512, max_per_client = 64;
-  bool no_session_cache = false;
+  bool no_session_cache = false, strict_max_tokens = false;
   app.add_option("--model-path", model_path, "Hugging Face model folder")->required();
   app.add_option("--host", host, "address to listen on")->capture_default_str();
   app.add_option("--port", port, "port to listen on (0 = any free port)")->capture_default_str();
@@ -119,6 +119,9 @@ int cmd_serve(int argc, char** argv) {
                  "seconds one write to a client (a response, or a chunk of a stream) may take")
       ->capture_default_str();
   app.add_flag("--no-session-cache", no_session_cache, "never reuse cached KV, and keep no session store");
+  app.add_flag("--strict-max-tokens", strict_max_tokens,
+               "refuse (400) a max_tokens beyond what the context leaves after the prompt, as vLLM and "
+               "OpenAI do; by default the completion is shortened to fit and ends with finish_reason length");
   app.add_option("--session-memory", session_memory,
                  "RAM for sessions that left their slot, e.g. 4G (default: a quarter of RAM, at most 16G)");
   app.add_option("--session-dir", session_dir,
@@ -215,6 +218,7 @@ int cmd_serve(int argc, char** argv) {
   engine_options.max_queue = max_queue;
   engine_options.max_decode_stall_seconds = max_decode_stall_ms / 1000;
   engine_options.session_cache = !no_session_cache;
+  engine_options.strict_max_tokens = strict_max_tokens;
   engine_options.session_memory_bytes =
       session_memory.empty() ? std::min<size_t>(physical_memory_bytes() / 4, size_t(16) << 30)
                              : parse_byte_size(session_memory, "serve --session-memory");

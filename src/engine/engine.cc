@@ -75,7 +75,9 @@ Engine::~Engine() = default;
 namespace {
 
 // Throws RequestError for a request that can never run, naming the field (as vLLM words it).
-int64_t validate(const GenerateRequest& request, const Model& model) {
+// Returns the most tokens it may generate: max_tokens, shortened to what the context and the
+// KV budget leave unless strict.
+int64_t validate(const GenerateRequest& request, const Model& model, bool strict) {
   const int64_t limit = model.limits().sequence_length;
   const int64_t n_prompt = int64_t(request.prompt.size());
   const std::string context = "this model's maximum context length is " + std::to_string(limit) + " tokens";
@@ -89,17 +91,27 @@ int64_t validate(const GenerateRequest& request, const Model& model) {
   if (n_prompt >= limit)
     throw RequestError("messages", context + "; the prompt has " + std::to_string(n_prompt) +
                                        " tokens, leaving no room to generate");
-  const int64_t max_new = request.max_tokens < 0 ? limit - n_prompt : request.max_tokens;
-  if (n_prompt + max_new > limit)
-    throw RequestError("max_tokens", context + "; you requested " + std::to_string(n_prompt + max_new) +
-                                         " tokens (" + std::to_string(n_prompt) + " in the prompt, " +
-                                         std::to_string(max_new) +
-                                         " in the completion); reduce the prompt or max_tokens");
   const size_t budget = model.limits().kv_memory_bytes, per_token = model.kv_bytes_per_token();
-  if (budget > 0 && per_token > 0 && size_t(n_prompt + max_new) * per_token > budget)
-    throw RequestError("max_tokens", "prompt + max_tokens = " + std::to_string(n_prompt + max_new) +
-                                         " positions exceed the KV memory budget of " +
-                                         std::to_string(budget / per_token) + " positions");
+  const int64_t budget_positions = budget > 0 && per_token > 0 ? int64_t(budget / per_token) : limit;
+  if (n_prompt >= budget_positions)
+    throw RequestError("messages", "the prompt has " + std::to_string(n_prompt) +
+                                       " tokens; the KV memory budget holds " + std::to_string(budget_positions) +
+                                       " positions, leaving no room to generate");
+  const int64_t room = std::min(limit, budget_positions) - n_prompt;
+  if (request.max_tokens < 0) return room;
+  if (request.max_tokens <= room || !strict) return std::min(request.max_tokens, room);
+  if (n_prompt + request.max_tokens > limit)
+    throw RequestError("max_tokens", context + "; you requested " + std::to_string(n_prompt + request.max_tokens) +
+                                         " tokens (" + std::to_string(n_prompt) + " in the prompt, " +
+                                         std::to_string(request.max_tokens) +
+                                         " in the completion); reduce the prompt or max_tokens");
+  throw RequestError("max_tokens", "prompt + max_tokens = " + std::to_string(n_prompt + request.max_tokens) +
+                                       " positions exceed the KV memory budget of " +
+                                       std::to_string(budget_positions) + " positions");
+}
+
+// The sampling fields, checked once.
+void validate_sampling(const GenerateRequest& request) {
   const SamplingParams& s = request.sampling;
   if (!(s.temperature >= 0) || !std::isfinite(s.temperature))
     throw RequestError("temperature", "temperature must be a finite number >= 0");
@@ -111,14 +123,14 @@ int64_t validate(const GenerateRequest& request, const Model& model) {
   if (!std::isfinite(s.presence_penalty) || !std::isfinite(s.frequency_penalty))
     throw RequestError("presence_penalty", "presence_penalty and frequency_penalty must be finite numbers");
   if (s.top_logprobs < -1 || s.top_logprobs > 20) throw RequestError("top_logprobs", "top_logprobs must be in 0..20");
-  return max_new;
 }
 
 }  // namespace
 
 std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
   QueuedRequest queued;
-  queued.max_new = validate(request, *impl_->model);
+  queued.max_new = validate(request, *impl_->model, impl_->options.strict_max_tokens);
+  validate_sampling(request);
   if (request.constraint) {
     std::vector<int32_t> end_tokens = request.stop_token_ids;
     if (!request.ignore_eos)

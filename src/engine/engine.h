@@ -55,6 +55,10 @@ struct EngineOptions {
   std::vector<int32_t> eos_token_ids;  // from generation_config.json
   SamplingParams default_sampling;     // from generation_config.json
   bool session_cache = true;  // false: no request reuses cached KV, and no session is stored
+  // max_tokens beyond what the context (or the KV budget) leaves after the prompt: false
+  // shortens the completion to fit, and it ends with finish_reason "length" when the context
+  // fills (llama.cpp's server); true refuses the request with a 400 (vLLM, OpenAI).
+  bool strict_max_tokens = false;
   // The session store beyond the slots (engine/session_store.h).
   size_t session_memory_bytes = size_t(1) << 30;  // RAM tier
   std::string session_dir;                        // disk tier; "" = off

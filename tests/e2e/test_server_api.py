@@ -110,7 +110,20 @@ def test_bad_input(s):
     expect_error(s, 400, "POST", chat, dict(CHAT, n=17), param="n")
     expect_error(s, 400, "POST", chat, dict(CHAT, n=0), param="n")
     expect_error(s, 404, "POST", chat, dict(CHAT, model="no-such-model"), param="model")
-    expect_error(s, 400, "POST", chat, dict(CHAT, max_tokens=600), param="max_tokens", contains="512")
+    # max_tokens beyond what the context leaves (Qwen Code resends a cut reply with 64000): the
+    # completion is shortened to fit and ends with "length" when the context fills.
+    for stream in (False, True):
+        body = {"prompt": [1] * 500, "max_tokens": 64000, "ignore_eos": True, "temperature": 0}
+        if stream:
+            events, done = s.stream("/v1/completions", dict(body, stream_options={"include_usage": True}))
+            finish = [c["choices"][0]["finish_reason"] for c in events if c.get("choices")]
+            usage = [c["usage"] for c in events if c.get("usage")][-1]
+            check(done and [f for f in finish if f] == ["length"], f"streamed clamp ends with length: {finish[-3:]}")
+        else:
+            ok, r = s.post("/v1/completions", body)
+            check(ok == 200 and r["choices"][0]["finish_reason"] == "length", f"max_tokens clamped: {ok} {r}")
+            usage = r["usage"]
+        check(usage["prompt_tokens"] == 500 and usage["completion_tokens"] == 12, f"the context filled: {usage}")
     expect_error(s, 400, "POST", "/v1/completions", {"prompt": [1] * 512}, contains="512")  # exactly the limit
     ok, r = s.post("/v1/completions", {"prompt": [1] * 511, "temperature": 0})  # one below: 1 token
     check(ok == 200 and r["usage"]["completion_tokens"] == 1, f"prompt one below the limit: {r}")
@@ -135,6 +148,15 @@ def test_metrics(s):
     check(values["ellm:generation_tokens_total"] > 0, "generation tokens counted")
     check(values["ellm:session_cache_hit_tokens_total"] > 0, "cache hits counted")
     check(values["ellm:num_requests_running"] == 0, "idle server runs nothing")
+
+
+def test_strict_max_tokens(model):
+    """--strict-max-tokens: max_tokens beyond the context is a 400 naming it, as vLLM and OpenAI do."""
+    with Server(model, "--strict-max-tokens") as s:
+        expect_error(s, 400, "POST", "/v1/chat/completions", dict(CHAT, max_tokens=600), param="max_tokens",
+                     contains="512")
+        ok, r = s.post("/v1/completions", {"prompt": [1] * 500, "max_tokens": 12, "ignore_eos": True})
+        check(ok == 200 and r["usage"]["completion_tokens"] == 12, f"a request that fits: {r}")
 
 
 def test_auth(model):
@@ -206,6 +228,7 @@ def main():
             test_metrics(s)
             code = s.stop()
             check(code == 0, f"SIGTERM exit code {code}")
+    test_strict_max_tokens(TINY)
     test_auth(TINY)
     test_queue_full_and_disconnect(TINY)
     print("ok")

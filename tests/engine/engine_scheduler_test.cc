@@ -302,14 +302,32 @@ TEST(EngineScheduler, StopTokenIdsAndEos) {
   EXPECT_EQ(collect(engine2->submit(ignoring)).ids, expected);
 }
 
-TEST(EngineScheduler, InvalidRequestsAreRejectedWithTheLimit) {
+TEST(EngineScheduler, MaxTokensBeyondTheContextIsShortenedToFit) {
   auto [model, engine] = make_engine(limits(64, 1));
+  GenerateRequest beyond = greedy(prompt_of(60, 18), 64000);
+  beyond.ignore_eos = true;
+  Outcome out = collect(engine->submit(beyond));
+  EXPECT_EQ(out.end.completion_tokens, 4);
+  EXPECT_EQ(out.end.finish_reason, FinishReason::length);
+  EXPECT_EQ(out.ids, fake_greedy(prompt_of(60, 18), 4));
+}
+
+TEST(EngineScheduler, StrictMaxTokensRefusesBeyondTheContext) {
+  EngineOptions strict;
+  strict.strict_max_tokens = true;
+  auto [model, engine] = make_engine(limits(64, 1), strict);
   try {
     engine->submit(greedy(prompt_of(60, 18), 10));
     FAIL() << "accepted a request beyond the sequence length";
-  } catch (const Error& e) {
+  } catch (const RequestError& e) {
+    EXPECT_EQ(e.param, "max_tokens");
     EXPECT_NE(std::string(e.what()).find("64"), std::string::npos) << e.what();
   }
+  EXPECT_EQ(collect(engine->submit(greedy(prompt_of(60, 18), 4))).ids, fake_greedy(prompt_of(60, 18), 4));
+}
+
+TEST(EngineScheduler, InvalidRequestsAreRejectedWithTheLimit) {
+  auto [model, engine] = make_engine(limits(64, 1));
   EXPECT_THROW(engine->submit(greedy(prompt_of(64, 18), -1)), Error);
   EXPECT_THROW(engine->submit(greedy({}, 5)), Error);
   EXPECT_THROW(engine->submit(greedy({1, int32_t(test_tokenizer()->vocab_size())}, 5)), Error);
@@ -336,11 +354,14 @@ TEST(EngineScheduler, KvBudgetEvictsIdleSessionsBeforeRefusing) {
   EXPECT_EQ(again.end.cached_tokens, 0);
   EXPECT_EQ(again.ids, fake_greedy(a, 5));
   try {
-    engine->submit(greedy(a, 60));
-    FAIL() << "accepted a request beyond the KV budget";
+    engine->submit(greedy(prompt_of(64, 20), 5));
+    FAIL() << "accepted a prompt that fills the KV budget";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("KV memory budget"), std::string::npos) << e.what();
   }
+  Outcome clamped = collect(engine->submit(greedy(a, 60)));  // 10 + 60 > 64: shortened to 54
+  EXPECT_LE(clamped.end.completion_tokens, 54);
+  EXPECT_EQ(clamped.ids, fake_greedy(a, clamped.end.completion_tokens));
   EngineMetrics m = engine->metrics();
   EXPECT_EQ(m.kv_budget_bytes, 64 * per_token);
   EXPECT_LE(m.kv_resident_bytes, 64 * per_token);
