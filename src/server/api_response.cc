@@ -1,5 +1,6 @@
 #include "server/api_response.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -73,6 +74,24 @@ void append(OutputDelta& into, OutputDelta&& more) {
   for (ToolCallDelta& t : more.tool_calls) into.tool_calls.push_back(std::move(t));
 }
 
+// One entry per call index, as OpenAI and vLLM send a chunk: a call's header (id, name) and
+// its first arguments fragment may come from one step, and a client that reads tool_calls[0]
+// would lose the fragment of a second entry.
+std::vector<ToolCallDelta> one_entry_per_index(std::vector<ToolCallDelta> deltas) {
+  std::vector<ToolCallDelta> merged;
+  for (ToolCallDelta& t : deltas) {
+    auto same = std::find_if(merged.begin(), merged.end(), [&](const ToolCallDelta& m) { return m.index == t.index; });
+    if (same == merged.end()) {
+      merged.push_back(std::move(t));
+      continue;
+    }
+    if (same->id.empty()) same->id = std::move(t.id);
+    if (same->name.empty()) same->name = std::move(t.name);
+    same->arguments += t.arguments;
+  }
+  return merged;
+}
+
 }  // namespace
 
 // ---- chat ----
@@ -121,7 +140,7 @@ std::vector<json> ChatOutput::on_event(const StreamEvent& event) {
     if (!delta.tool_calls.empty()) {
       made_tool_calls_ = true;
       json calls = json::array();
-      for (const ToolCallDelta& t : delta.tool_calls) {
+      for (const ToolCallDelta& t : one_entry_per_index(std::move(delta.tool_calls))) {
         json call = {{"index", t.index}};
         json function = json::object();
         if (!t.id.empty()) {  // the header of a call: id, type and name come once

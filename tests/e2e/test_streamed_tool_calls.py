@@ -1,6 +1,7 @@
 """Tool calls the model writes on its own (tool_choice auto or absent), streamed as vLLM streams
-them: the text before the call as content, then the call's id and name, then its arguments in
-fragments as they are generated, which add up to the arguments of the whole (non-streamed) reply.
+them: the text before the call as content, then the call's id and name (with the first arguments
+fragment when one step completes the name and starts them: one entry per call index in a chunk),
+then its arguments in fragments as they are generated, which add up to the arguments of the whole (non-streamed) reply.
 Both formats (Qwen3 JSON, Qwen3-Coder XML), through the real server with --scripted-output so the
 model's text is fixed. Also: an unknown function stays text, and with tool_choice "none" a call
 spelled by ordinary tokens ("<", "tool", "_call", ">") stays text too."""
@@ -46,6 +47,8 @@ def stream_events(s, body):
             if delta.get("content"):
                 events.append(("content", delta["content"]))
             carried = False
+            indices = [tc["index"] for tc in delta.get("tool_calls") or []]
+            check(len(indices) == len(set(indices)), f"one entry per call index in a chunk (as OpenAI, vLLM): {delta}")
             for tc in delta.get("tool_calls") or []:
                 events.append(("call", tc))
                 carried = carried or bool(tc["function"].get("arguments"))
@@ -77,10 +80,12 @@ def check_auto_call(fmt, call_text, template_args):
             check("".join(text for kind, text in events[:first_call]) == BEFORE, f"{what}: streamed content {events}")
             calls = [tc for kind, tc in events if kind == "call"]
             header = calls[0]
+            # The step that completes the name may also start the arguments: then the header
+            # carries that first fragment (one entry per index).
             check(header.get("id", "").startswith("call_") and header.get("type") == "function" and
-                  header["function"].get("name") == "get_weather" and not header["function"].get("arguments"),
-                  f"{what}: the first delta is the call's id and name alone: {header}")
-            fragments = [tc["function"].get("arguments") or "" for tc in calls[1:]]
+                  header["function"].get("name") == "get_weather",
+                  f"{what}: the first delta is the call's id and name: {header}")
+            fragments = [tc["function"].get("arguments") or "" for tc in calls]
             check(all(tc["index"] == 0 and "id" not in tc and "name" not in tc["function"] for tc in calls[1:]),
                   f"{what}: id and name only once: {calls}")
             check(argument_chunks >= 3, f"{what}: the arguments came in {argument_chunks} chunks: {fragments}")

@@ -2,6 +2,8 @@
 // reasoning land in their fields, usage and finish reasons are right.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "server/api_response.h"
@@ -113,6 +115,45 @@ TEST(ChatOutput, ToolCallSplitAcrossEventsBecomesToolCallsWithFinishReason) {
     EXPECT_EQ(message["tool_calls"][0]["type"], "function");
     EXPECT_EQ(json::parse(message["tool_calls"][0]["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
     EXPECT_EQ(out.response()["choices"][0]["finish_reason"], "tool_calls");
+  }
+}
+
+// OpenAI and vLLM send one entry per call index in a chunk; a step that completes a call's name
+// and starts its arguments (or holds two whole calls) must not split one call over two entries.
+TEST(ChatOutput, AChunkHoldsOneEntryPerCallIndex) {
+  struct Case {
+    ToolCallFormat format;
+    std::string text;
+  };
+  const std::string coder_call = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>";
+  const std::string qwen3_call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  for (const Case& c : {Case{ToolCallFormat::hermes_json, qwen3_call + "\n" + qwen3_call},
+                        Case{ToolCallFormat::qwen3_coder_xml, coder_call + "\n" + coder_call}}) {
+    for (size_t split : {size_t{1}, size_t{3}, size_t{40}, c.text.size()}) {
+      auto parser = std::make_unique<OutputParser>(c.format, true, false, weather_tools());
+      parser->stream_tool_calls();  // as the server sets it for a stream
+      ChatOutput out(ResponseMeta{"chatcmpl-1", "tiny", 123, false, false}, std::move(parser), token_name);
+      std::vector<json> chunks;
+      for (size_t i = 0; i < c.text.size(); i += split)
+        for (json& chunk : out.on_event(text_event(c.text.substr(i, split), {1}))) chunks.push_back(std::move(chunk));
+      for (json& chunk : out.on_event(final_event("", FinishReason::stop, 5, 20, 0))) chunks.push_back(std::move(chunk));
+      std::map<int, std::string> arguments, names;
+      for (const json& chunk : chunks) {
+        const json& delta = chunk["choices"][0]["delta"];
+        if (!delta.contains("tool_calls")) continue;
+        std::set<int> indices;
+        for (const json& call : delta["tool_calls"]) {
+          EXPECT_TRUE(indices.insert(call["index"].get<int>()).second) << "split " << split << ": " << delta.dump();
+          if (call["function"].contains("name")) names[call["index"]] += call["function"]["name"].get<std::string>();
+          arguments[call["index"]] += call["function"]["arguments"].get<std::string>();
+        }
+      }
+      ASSERT_EQ(arguments.size(), 2u) << "split " << split;
+      for (int i : {0, 1}) {
+        EXPECT_EQ(names[i], "get_weather");
+        EXPECT_EQ(json::parse(arguments[i]), json({{"city", "Paris"}})) << "split " << split;
+      }
+    }
   }
 }
 
