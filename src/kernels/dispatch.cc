@@ -25,8 +25,7 @@ std::array<KernelTable, 4> complete_tables() {
     inherit(t[i], t[i - 1], &KernelTable::convert_f32_to_bf16, &KernelTable::convert_bf16_to_f32,
             &KernelTable::convert_f32_to_f16, &KernelTable::rmsnorm, &KernelTable::norm_rope,
             &KernelTable::silu_mul, &KernelTable::pack_weights, &KernelTable::matmul,
-            &KernelTable::matmul_fp8, &KernelTable::fp8_decode_rows,
-            &KernelTable::fp8_to_packed_bf16,
+            &KernelTable::matmul_fp8,
             &KernelTable::attention_tile_rows, &KernelTable::attention_block,
             &KernelTable::attention_scratch_floats, &KernelTable::all_heads_supports,
             &KernelTable::attention_block_all_heads);
@@ -126,43 +125,12 @@ void* thread_scratch(int slot, size_t bytes) {
   return s.data.get();
 }
 
-namespace {
-
-// The prefill product on FP8 weights of the tiers without their own (AVX-512, AMX): the member's
-// panels of columns (fp8_panel_width), each converted once to the tier's BF16 layout with the
-// factors folded in, in a thread-private buffer, then multiplied by the tier's BF16 product
-// over all m rows.
-void matmul_fp8_panels(const KernelTable& t, const bf16* x, int64_t m, int64_t ldx,
-                       const PackedWeights& w, float* y, int64_t ldy, bool accumulate, int member,
-                       int n_members) {
-  const int64_t width = fp8_panel_width(w.n, n_members);
-  const int64_t panels = (w.n + width - 1) / width;
-  auto [p0, p1] = split_range(panels, member, n_members);
-  if (p0 == p1) return;
-  const size_t elements = size_t(width * (w.k + 1));
-  PackedWeights panel;  // its data is the thread's scratch, lent for this call only
-  panel.data.reset(static_cast<bf16*>(thread_scratch(1, elements * sizeof(bf16))));
-  for (int64_t p = p0; p < p1; ++p) {
-    const int64_t col0 = p * width, cols = std::min(width, w.n - col0);
-    t.fp8_to_packed_bf16(w, col0, cols, panel);
-    t.matmul(x, m, ldx, panel, y + col0, ldy, accumulate, 0, 1, nullptr);
-  }
-  panel.data.release();
-}
-
-}  // namespace
-
 // Weights are packed for one instruction set, so the matrix, not active_isa(), decides.
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
             bool accumulate, int member, int n_members, std::atomic<int64_t>* pool) {
   if (m <= 0) return;
   const KernelTable& t = kernel_table(w.isa);
-  if (!w.fp8)
-    t.matmul(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool);
-  else if (m <= t.fp8_decode_rows)
-    t.matmul_fp8(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool);
-  else
-    matmul_fp8_panels(t, x, m, ldx, w, y, ldy, accumulate, member, n_members);
+  (w.fp8 ? t.matmul_fp8 : t.matmul)(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool);
 }
 
 }  // namespace ellm

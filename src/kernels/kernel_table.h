@@ -30,11 +30,6 @@ using PackWeightsFn = void(const bf16* w, int64_t n, int64_t k, PackedWeights& o
 using MatmulFn = void(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,
                       int64_t ldy, bool accumulate, int member, int n_members,
                       std::atomic<int64_t>* pool);
-// FP8 weights, columns [col0, col0 + cols) (col0 a multiple of kFp8Cols) of w, dequantised
-// (code x factor, rounded to nearest even) into this tier's packed BF16 layout: out.data must
-// hold round_up(cols, 32) * (w.k + 1) elements; out.n, k, isa and bytes are set here.
-using Fp8ToPackedFn = void(const PackedWeights& w, int64_t col0, int64_t cols, PackedWeights& out);
-
 // Prefill on FP8 weights goes a panel of columns at a time, each converted once to a BF16
 // layout: 128 columns (one factor row), or down to kFp8Cols when that leaves a member without 2.
 inline int64_t fp8_panel_width(int64_t n, int n_members) {
@@ -88,11 +83,9 @@ struct KernelTable {
   SiluMulFn* silu_mul;
   PackWeightsFn* pack_weights;
   MatmulFn* matmul;
-  // FP8 weights: the product for up to fp8_decode_rows rows (the scalar twin: any), and the
-  // conversion to pack_weights' layout that larger products run matmul on.
+  // FP8 weights, any number of rows, each row with the same arithmetic whatever the count:
+  // per 128 k a partial product of the codes' exact values, times the block's factor in FP32.
   MatmulFn* matmul_fp8;
-  int64_t fp8_decode_rows;
-  Fp8ToPackedFn* fp8_to_packed_bf16;
   // Attention: query rows (query x head) per prefill work item, and the block kernel with its
   // scratch size for up to `rows` rows (acc must have room for rows rounded up to 16).
   int64_t attention_tile_rows;

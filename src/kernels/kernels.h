@@ -174,10 +174,10 @@ inline size_t fp8_scale_index(const PackedWeights& w, int64_t j, int64_t kb) {
 // FP8 weights: decode-sized products (a few rows) stream the codes and widen them in registers,
 // applying each block's factor once per 128 k of every dot product; larger ones convert each
 // member's weights, a panel of columns at a time, to the tier's packed BF16 layout once per call
-// and run the BF16 product on it: on AVX2 the codes' exact values, each 128 k's result times its
-// factor as decode does (so a row's result is the same bits in any pass); on AVX-512 and AMX
-// with the factors folded in (rounded to nearest even). The scalar twin computes every row the
-// decode way.
+// and run the BF16 product on it over the codes' exact values, each 128 k's result from zero
+// times its factor as decode does, so a row's result is the same bits in any pass, on every tier
+// (AVX2: FP32 FMA chains; AVX-512: vdpbf16ps; AMX: the AVX-512 FP8 product). The scalar twin
+// computes every row the decode way.
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
             bool accumulate, int member, int n_members, std::atomic<int64_t>* pool = nullptr);
 

@@ -1,6 +1,6 @@
 #pragma once
-// The FP8 decode product, written once over vector traits V (vec_avx2.h, vec_avx512.h) for the
-// packed FP8 layout of kernels.h: columns in blocks of 32, each k's 32 codes side by side, one
+// The FP8 decode product over vector traits V for the packed FP8 layout of kernels.h (used by
+// AVX2; AVX-512 has its own on vdpbf16ps, the arithmetic of its BF16 prefill tiles): columns in blocks of 32, each k's 32 codes side by side, one
 // factor per block and 128 k.
 //
 // A member streams its blocks front to back. Per block and 128 k, each row's partial dot

@@ -1,8 +1,7 @@
 #pragma once
 // The kernel table of a SIMD tier: the shared templates (simd_elementwise.h,
 // simd_attention_prefill.h, simd_attention_decode.h) instantiated for its vector traits V, plus
-// the tier's own matrix products (BF16; FP8 with the rows it takes, and its conversion of FP8
-// weights to its BF16 layout for larger products). Included by the tier's table.cc, so the templates are
+// the tier's own matrix products (BF16, and FP8 for any number of rows). Included by the tier's table.cc, so the templates are
 // compiled with the tier's flags.
 #include "kernels/kernel_table.h"
 #include "kernels/simd_attention_decode.h"
@@ -13,9 +12,7 @@
 namespace ellm::simd {
 
 template <class V>
-constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul,
-                                   MatmulFn* matmul_fp8, int64_t fp8_decode_rows,
-                                   Fp8ToPackedFn* fp8_to_packed_bf16) {
+constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul, MatmulFn* matmul_fp8) {
   return {
       .convert_f32_to_bf16 = convert_f32_to_bf16<V>,
       .convert_bf16_to_f32 = convert_bf16_to_f32<V>,
@@ -26,8 +23,6 @@ constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul
       .pack_weights = pack_weights,
       .matmul = matmul,
       .matmul_fp8 = matmul_fp8,
-      .fp8_decode_rows = fp8_decode_rows,
-      .fp8_to_packed_bf16 = fp8_to_packed_bf16,
       .attention_tile_rows = 32,
       .attention_block = attention_block<V>,
       .attention_scratch_floats = default_attention_scratch_floats,

@@ -39,13 +39,6 @@ struct Golden {
 
 std::string model_dir(const std::string& name) { return test::shared_dir() + "/models/" + name; }
 
-// On the AVX-512 and AMX tiers, FP8 prefill folds each block's factor into BF16 weights for their
-// BF16 products, so prefill rows differ from decode rows by that rounding (kernels.h); on scalar
-// and AVX2 they are the same bits.
-bool fp8_rows_differ_by_pass(const std::string& name) {
-  return name.find("fp8") != std::string::npos && active_isa() >= Isa::avx512;
-}
-
 ServingLimits small_limits(int64_t chunk, int64_t batch = 1) {
   ServingLimits limits;
   limits.sequence_length = 128;
@@ -135,62 +128,70 @@ TEST_P(GoldenSession, PassesTheReferenceRuleOnEveryIsa) {
   }
 }
 
+// A row's logits do not depend on the pass it ran in (batch invariance), on any tier: the whole
+// session fed at once equals it fed chunk by chunk (prefill rows against decode rows).
 TEST_P(GoldenSession, OneShotPrefillEqualsChunkedFeeding) {
   const std::string name = GetParam();
-  if (fp8_rows_differ_by_pass(name)) GTEST_SKIP() << "FP8 prefill rounds weights on this tier";
   Golden golden(name);
-  auto model = Model::load(model_dir(name), small_limits(128));
-  std::vector<float> chunked = run_feeds(*model, golden.feeds);
-  std::vector<int32_t> all;
-  for (const auto& f : golden.feeds) all.insert(all.end(), f.begin(), f.end());
-  std::vector<float> one_shot = run_feeds(*model, {all});
-  ASSERT_EQ(chunked.size(), one_shot.size());
-  double max_diff = 0;
-  for (size_t i = 0; i < chunked.size(); ++i)
-    max_diff = std::max(max_diff, double(std::abs(chunked[i] - one_shot[i])));
-  std::printf("[%s] one-shot vs chunked: max |diff| %.2e\n", name.c_str(), max_diff);
-  EXPECT_LT(max_diff, 2e-3);
+  for (Isa isa : supported_isas()) {
+    set_active_isa(isa);
+    auto model = Model::load(model_dir(name), small_limits(128));
+    std::vector<float> chunked = run_feeds(*model, golden.feeds);
+    std::vector<int32_t> all;
+    for (const auto& f : golden.feeds) all.insert(all.end(), f.begin(), f.end());
+    std::vector<float> one_shot = run_feeds(*model, {all});
+    ASSERT_EQ(chunked.size(), one_shot.size());
+    double max_diff = 0;
+    for (size_t i = 0; i < chunked.size(); ++i)
+      max_diff = std::max(max_diff, double(std::abs(chunked[i] - one_shot[i])));
+    std::printf("[%s %s] one-shot vs chunked: max |diff| %.2e\n", name.c_str(), isa_name(isa), max_diff);
+    EXPECT_LT(max_diff, 2e-3) << isa_name(isa);
+  }
 }
 
+// ... and rows batched with another slot's rows equal each slot run alone, on any tier.
 TEST_P(GoldenSession, SlotsBatchedTogetherMatchSlotsRunAlone) {
   const std::string name = GetParam();
-  if (fp8_rows_differ_by_pass(name)) GTEST_SKIP() << "FP8 prefill rounds weights on this tier";
   Golden golden(name);
-  auto model = Model::load(model_dir(name), small_limits(64, 2));
-  const int64_t V = model->vocab_size();
-  // Slot 0 gets the golden prompt, slot 1 a different one; then both decode in one batch.
-  std::vector<int32_t> a(golden.feeds[0].begin(), golden.feeds[0].begin() + 20);
-  std::vector<int32_t> b(golden.feeds[0].begin() + 20, golden.feeds[0].end());
-  std::vector<float> alone_a = run_feeds(*model, {a, {7, 8}}, 0);
-  std::vector<float> alone_b = run_feeds(*model, {b, {9, 10}}, 1);
+  for (Isa isa : supported_isas()) {
+    set_active_isa(isa);
+    auto model = Model::load(model_dir(name), small_limits(64, 2));
+    const int64_t V = model->vocab_size();
+    // Slot 0 gets the golden prompt, slot 1 a different one; then both decode in one batch.
+    std::vector<int32_t> a(golden.feeds[0].begin(), golden.feeds[0].begin() + 20);
+    std::vector<int32_t> b(golden.feeds[0].begin() + 20, golden.feeds[0].end());
+    std::vector<float> alone_a = run_feeds(*model, {a, {7, 8}}, 0);
+    std::vector<float> alone_b = run_feeds(*model, {b, {9, 10}}, 1);
 
-  // Prefill both in one pass, then decode two tokens each, interleaved by slot.
-  std::vector<BatchToken> batch;
-  for (size_t i = 0; i < a.size(); ++i) batch.push_back({a[i], 0, int32_t(i), true});
-  for (size_t i = 0; i < b.size(); ++i) batch.push_back({b[i], 1, int32_t(i), true});
-  std::vector<float> prefill(batch.size() * size_t(V));
-  model->forward(batch, prefill.data());
-  std::vector<BatchToken> decode = {{9, 1, int32_t(b.size()), true}, {7, 0, int32_t(a.size()), true},
-                                    {10, 1, int32_t(b.size() + 1), true},
-                                    {8, 0, int32_t(a.size() + 1), true}};
-  std::vector<float> step(decode.size() * size_t(V));
-  model->forward(decode, step.data());
+    // Prefill both in one pass, then decode two tokens each, interleaved by slot.
+    std::vector<BatchToken> batch;
+    for (size_t i = 0; i < a.size(); ++i) batch.push_back({a[i], 0, int32_t(i), true});
+    for (size_t i = 0; i < b.size(); ++i) batch.push_back({b[i], 1, int32_t(i), true});
+    std::vector<float> prefill(batch.size() * size_t(V));
+    model->forward(batch, prefill.data());
+    std::vector<BatchToken> decode = {{9, 1, int32_t(b.size()), true}, {7, 0, int32_t(a.size()), true},
+                                      {10, 1, int32_t(b.size() + 1), true},
+                                      {8, 0, int32_t(a.size() + 1), true}};
+    std::vector<float> step(decode.size() * size_t(V));
+    model->forward(decode, step.data());
 
-  auto max_diff = [&](const float* x, const float* y) {
-    double d = 0;
-    for (int64_t v = 0; v < V; ++v) d = std::max(d, double(std::abs(x[v] - y[v])));
-    return d;
-  };
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst, max_diff(prefill.data() + i * V, alone_a.data() + i * V));
-  for (size_t i = 0; i < b.size(); ++i)
-    worst = std::max(worst, max_diff(prefill.data() + (a.size() + i) * V, alone_b.data() + i * V));
-  worst = std::max(worst, max_diff(step.data() + 1 * V, alone_a.data() + a.size() * V));
-  worst = std::max(worst, max_diff(step.data() + 3 * V, alone_a.data() + (a.size() + 1) * V));
-  worst = std::max(worst, max_diff(step.data() + 0 * V, alone_b.data() + b.size() * V));
-  worst = std::max(worst, max_diff(step.data() + 2 * V, alone_b.data() + (b.size() + 1) * V));
-  EXPECT_LT(worst, 2e-3);
+    auto max_diff = [&](const float* x, const float* y) {
+      double d = 0;
+      for (int64_t v = 0; v < V; ++v) d = std::max(d, double(std::abs(x[v] - y[v])));
+      return d;
+    };
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      worst = std::max(worst, max_diff(prefill.data() + i * V, alone_a.data() + i * V));
+    for (size_t i = 0; i < b.size(); ++i)
+      worst = std::max(worst, max_diff(prefill.data() + (a.size() + i) * V, alone_b.data() + i * V));
+    worst = std::max(worst, max_diff(step.data() + 1 * V, alone_a.data() + a.size() * V));
+    worst = std::max(worst, max_diff(step.data() + 3 * V, alone_a.data() + (a.size() + 1) * V));
+    worst = std::max(worst, max_diff(step.data() + 0 * V, alone_b.data() + b.size() * V));
+    worst = std::max(worst, max_diff(step.data() + 2 * V, alone_b.data() + (b.size() + 1) * V));
+    std::printf("[%s %s] batched vs alone: max |diff| %.2e\n", name.c_str(), isa_name(isa), worst);
+    EXPECT_LT(worst, 2e-3) << isa_name(isa);
+  }
 }
 
 // A pass run in parts of 7 rows, with decode steps of another slot between the parts, gives

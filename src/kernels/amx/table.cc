@@ -24,9 +24,9 @@ const KernelTable amx_kernels = {
     .silu_mul = nullptr,
     .pack_weights = nullptr,  // the AVX-512 layout: the AMX product reads it
     .matmul = amx::matmul,
-    .matmul_fp8 = nullptr,  // the AVX-512 kernels: panels convert to the layout AMX reads
-    .fp8_decode_rows = 0,
-    .fp8_to_packed_bf16 = nullptr,
+    // The AVX-512 FP8 product for every row count, so a row is the same bits in any pass; an
+    // AMX one would need the same per-128-k arithmetic in decode and prefill (not written yet).
+    .matmul_fp8 = nullptr,
     // Each tile packs every K/V block it reads for the tile products, so larger tiles pack less
     // per row.
     .attention_tile_rows = 256,

@@ -8,6 +8,6 @@ namespace ellm::avx512 {
 
 PackWeightsFn pack_weights;
 MatmulFn matmul;
-Fp8ToPackedFn fp8_to_packed_bf16;
+MatmulFn matmul_fp8;
 
 }  // namespace ellm::avx512

@@ -103,25 +103,166 @@ void pack_weights(const bf16* w, int64_t n, int64_t k, PackedWeights& out) {
     }
 }
 
-// Into the layout above, element by element (kFp8Cols == kCols: one FP8 block per block).
-void fp8_to_packed_bf16(const PackedWeights& w, int64_t col0, int64_t cols, PackedWeights& out) {
+namespace {
+
+// 32 E4M3 codes as their exact BF16 values (every E4M3 value is a BF16 value): their bits moved
+// to FP16 are the values times 2^-8 (as Avx512Vec::load_fp8_x2; FP16 subnormals convert without
+// a slow path), widened, times 2^8, and narrowed, all exact.
+inline __m512bh codes_to_bf16(__m256i codes) {
+  __m512i h = _mm512_cvtepu8_epi16(codes);
+  h = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(h, 8), 1), _mm512_set1_epi16(int16_t(0xbf80)));
+  const __m512 undo = _mm512_set1_ps(256.0f);
+  __m512 lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), undo);
+  __m512 hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), undo);
+  return _mm512_cvtne2ps_pbh(hi, lo);
+}
+
+// One k pair of a 32-column FP8 block as the two vectors of the BF16 layout above (columns 0-15,
+// then 16-31, each column's two k side by side): the codes of k = 2p at c0 and of 2p + 1 at c1
+// (nullptr past the end of k: zero).
+inline void fp8_pair_to_bf16(const uint8_t* c0, const uint8_t* c1, __m512bh& w0, __m512bh& w1) {
+  __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c0));
+  __m256i b = c1 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c1)) : _mm256_setzero_si256();
+  __m256i lo = _mm256_unpacklo_epi8(a, b), hi = _mm256_unpackhi_epi8(a, b);  // per 128-bit lane
+  w0 = codes_to_bf16(_mm256_permute2x128_si256(lo, hi, 0x20));
+  w1 = codes_to_bf16(_mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+// Columns [col0, col0 + cols) of FP8 weights w as their codes' values in the layout above
+// (without the factors); `out` holds round_up(cols, 32) * (k + 1) elements.
+void codes_to_packed_bf16(const PackedWeights& w, int64_t col0, int64_t cols, bf16* out) {
   static_assert(kFp8Cols == kCols);
   const int64_t k = w.k, pairs = (k + 1) / 2, blocks = (cols + kCols - 1) / kCols;
-  out.n = cols;
-  out.k = k;
-  out.isa = Isa::avx512;
-  out.bytes = size_t(blocks * pairs * 64) * sizeof(bf16);
-  float values[256];
-  for (int code = 0; code < 256; ++code) values[code] = fp8_e4m3_to_f32(uint8_t(code));
   for (int64_t h = 0; h < blocks; ++h) {
-    const int64_t b = col0 / kFp8Cols + h;
-    const uint8_t* codes = w.codes.get() + b * k * kFp8Cols;
-    bf16* dst = out.data.get() + h * pairs * 64;
-    if (k % 2) std::fill_n(dst + (pairs - 1) * 64, 64, bf16(0));  // the odd k's zero partner
-    for (int64_t kk = 0; kk < k; ++kk) {
-      const float factor = w.scales[b * w.k_blocks + kk / kFp8BlockK];
-      for (int64_t c = 0; c < kCols; ++c)
-        dst[(kk / 2) * 64 + c * 2 + kk % 2] = f32_to_bf16(values[codes[kk * kFp8Cols + c]] * factor);
+    const uint8_t* codes = w.codes.get() + (col0 / kFp8Cols + h) * k * kFp8Cols;
+    bf16* dst = out + h * pairs * 64;
+    for (int64_t p = 0; p < pairs; ++p) {
+      __m512bh w0, w1;
+      fp8_pair_to_bf16(codes + 2 * p * kFp8Cols, 2 * p + 1 < k ? codes + (2 * p + 1) * kFp8Cols : nullptr, w0, w1);
+      _mm512_storeu_si512(dst + p * 64, (__m512i)w0);
+      _mm512_storeu_si512(dst + p * 64 + 32, (__m512i)w1);
+    }
+  }
+}
+
+// Decode on FP8 weights, R rows of x against the 32-column block b: per 128 k the rows' partial
+// dot products from zero (vdpbf16ps on the codes' exact values, widened in registers), then
+// y = partial * factor + y, one FMA per 128 k. The same arithmetic as tile() on the converted
+// panel followed by add_scaled(), so a row's result is the same bits in any pass.
+template <int R>
+void fp8_decode_block(const bf16* x, int64_t ldx, const PackedWeights& w, int64_t b, float* y,
+                      int64_t ldy, bool accumulate) {
+  const int64_t k = w.k, cols = w.n - b * kCols;
+  const uint8_t* codes = w.codes.get() + b * k * kFp8Cols;
+  const __mmask16 m0 = column_mask(cols), m1 = column_mask(cols - 16);
+  __m512 out[R][2];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    out[r][0] = accumulate ? _mm512_maskz_loadu_ps(m0, y + r * ldy) : _mm512_setzero_ps();
+    out[r][1] = accumulate ? _mm512_maskz_loadu_ps(m1, y + r * ldy + 16) : _mm512_setzero_ps();
+  }
+  for (int64_t kb = 0; kb < w.k_blocks; ++kb) {
+    const int64_t k0 = kb * kFp8BlockK, len = std::min(kFp8BlockK, k - k0), pairs = len / 2;
+    __m512 acc[R][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < pairs; ++p) {
+      const int64_t kk = k0 + 2 * p;
+      __m512bh w0, w1;
+      fp8_pair_to_bf16(codes + kk * kFp8Cols, codes + (kk + 1) * kFp8Cols, w0, w1);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        __m512bh a = (__m512bh)broadcast_pair(x + r * ldx + kk);
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, w0);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, w1);
+      }
+    }
+    if (len % 2) {  // the last k alone, as tile()'s odd tail: its partner is zero
+      const int64_t kk = k0 + 2 * pairs;
+      __m512bh w0, w1;
+      fp8_pair_to_bf16(codes + kk * kFp8Cols, nullptr, w0, w1);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        __m512bh a = (__m512bh)_mm512_set1_epi32(x[r * ldx + kk]);
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, w0);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, w1);
+      }
+    }
+    const __m512 factor = _mm512_set1_ps(w.scales[fp8_scale_index(w, b * kCols, kb)]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      out[r][0] = _mm512_fmadd_ps(acc[r][0], factor, out[r][0]);
+      out[r][1] = _mm512_fmadd_ps(acc[r][1], factor, out[r][1]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, m0, out[r][0]);
+    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, out[r][1]);
+  }
+}
+
+constexpr int kFp8DecodeRows = 4;
+using Fp8DecodeFn = decltype(&fp8_decode_block<1>);
+constexpr Fp8DecodeFn kFp8Decode[kFp8DecodeRows + 1] = {nullptr, fp8_decode_block<1>, fp8_decode_block<2>,
+                                                        fp8_decode_block<3>, fp8_decode_block<4>};
+
+// y[R][cols] = part[R][32] * factor + (from_zero ? 0 : y): one FMA per element, as
+// fp8_decode_block adds each 128 k's partial sums.
+void add_scaled(const float* part, int64_t rows, float factor, float* y, int64_t ldy, int64_t cols,
+                bool from_zero) {
+  const __m512 f = _mm512_set1_ps(factor);
+  const __mmask16 m0 = column_mask(cols), m1 = column_mask(cols - 16);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * ldy;
+    const float* pr = part + r * kCols;
+    __m512 y0 = from_zero ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, yr);
+    __m512 y1 = from_zero ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, yr + 16);
+    _mm512_mask_storeu_ps(yr, m0, _mm512_fmadd_ps(_mm512_loadu_ps(pr), f, y0));
+    _mm512_mask_storeu_ps(yr + 16, m1, _mm512_fmadd_ps(_mm512_loadu_ps(pr + 16), f, y1));
+  }
+}
+
+}  // namespace
+
+// FP8 weights, every row count with one arithmetic (a row's result never depends on its pass).
+// Up to kFp8DecodeRows rows: fp8_decode_block, the codes widened in registers. More: the
+// member's panels of columns (fp8_panel_width), each converted once to the BF16 layout above (the
+// codes' exact values, without factors), then k in chunks of 128 through the BF16 tiles from
+// zero, each chunk's result times its block's factor added to y (add_scaled).
+void matmul_fp8(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,
+                int64_t ldy, bool accumulate, int member, int n_members,
+                std::atomic<int64_t>* pool) {
+  if (m <= kFp8DecodeRows) {
+    share_work((w.n + kCols - 1) / kCols, member, n_members, pool, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) kFp8Decode[m](x, ldx, w, b, y + b * kCols, ldy, accumulate);
+    });
+    return;
+  }
+  const int64_t k = w.k, pairs = (k + 1) / 2, width = fp8_panel_width(w.n, n_members);
+  auto [p0, p1] = split_range((w.n + width - 1) / width, member, n_members);
+  if (p0 == p1) return;
+  bf16* panel = static_cast<bf16*>(thread_scratch(1, size_t(width * (k + 1)) * sizeof(bf16)));
+  alignas(64) float part[kRows * kCols];
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t col0 = p * width, cols = std::min(width, w.n - col0);
+    const int64_t blocks = (cols + kCols - 1) / kCols;
+    codes_to_packed_bf16(w, col0, cols, panel);
+    for (int64_t kb = 0; kb < w.k_blocks; ++kb) {
+      const int64_t k0 = kb * kFp8BlockK, len = std::min(kFp8BlockK, k - k0);
+      for (int64_t g0 = 0; g0 < m; g0 += kGroupRows) {
+        const int64_t g1 = std::min(m, g0 + kGroupRows);
+        for (int64_t b = 0; b < blocks; ++b) {
+          const int64_t column = col0 + b * kCols;
+          const float factor = w.scales[fp8_scale_index(w, column, kb)];
+          const bf16* weights = panel + (b * pairs + k0 / 2) * 64;
+          for (int64_t r0 = g0; r0 < g1; r0 += kRows) {
+            const int64_t rows = std::min<int64_t>(kRows, g1 - r0);
+            kTiles[rows](x + r0 * ldx + k0, ldx, weights, len / 2, len % 2, part, kCols, kCols, false);
+            add_scaled(part, rows, factor, y + r0 * ldy + column, ldy, w.n - column, kb == 0 && !accumulate);
+          }
+        }
+      }
     }
   }
 }

@@ -6,8 +6,6 @@
 namespace ellm {
 
 const KernelTable avx512_kernels =
-    simd::kernel_table<Avx512Vec>(avx512::pack_weights, avx512::matmul,
-                                  simd::matmul_fp8<Avx512Vec>, simd::kFp8DecodeRows,
-                                  avx512::fp8_to_packed_bf16);
+    simd::kernel_table<Avx512Vec>(avx512::pack_weights, avx512::matmul, avx512::matmul_fp8);
 
 }  // namespace ellm

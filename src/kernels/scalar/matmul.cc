@@ -50,17 +50,4 @@ void matmul_fp8(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, f
   });
 }
 
-void fp8_to_packed_bf16(const PackedWeights& w, int64_t col0, int64_t cols, PackedWeights& out) {
-  out.n = cols;
-  out.k = w.k;
-  out.isa = Isa::scalar;
-  out.bytes = size_t(cols * w.k) * sizeof(bf16);
-  for (int64_t c = 0; c < cols; ++c)
-    for (int64_t kk = 0; kk < w.k; ++kk) {
-      float value = fp8_e4m3_to_f32(w.codes[fp8_code_index(w, col0 + c, kk)]) *
-                    w.scales[fp8_scale_index(w, col0 + c, kk / kFp8BlockK)];
-      out.data[c * w.k + kk] = f32_to_bf16(value);
-    }
-}
-
 }  // namespace ellm::scalar

@@ -15,7 +15,6 @@ SiluMulFn silu_mul;
 PackWeightsFn pack_weights;
 MatmulFn matmul;
 MatmulFn matmul_fp8;
-Fp8ToPackedFn fp8_to_packed_bf16;
 AttentionBlockFn attention_block;
 AllHeadsFn attention_block_all_heads;
 
