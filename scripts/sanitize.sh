@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds ellm with a sanitizer into build-KIND (or $BUILD_DIR) and runs tests under it:
-#   asan  AddressSanitizer + UndefinedBehaviorSanitizer: every unit test, then the server's
-#         end-to-end tests (routes and bad input, load, hostile clients, the openai client).
+#   asan  AddressSanitizer + UndefinedBehaviorSanitizer, with clang: every unit test, then the
+#         server's end-to-end tests (routes and bad input, load, hostile clients, the openai
+#         client). The build also holds the libFuzzer targets (-DELLM_FUZZ=ON: the code carries
+#         the fuzzers' coverage counters too), so scripts/fuzz.sh can run them from it.
 #   tsan  ThreadSanitizer: the engine (scheduler) and server unit tests, then the server's
 #         end-to-end tests, which drive the scheduler, the HTTP threads and shutdown at once.
 # Every process's reports (the servers the end-to-end tests start included) go to
@@ -14,8 +16,10 @@ e2e='server_api|load|hostile|server_openai|sessions|choices'
 case "$kind" in
   asan)
     e2e="$e2e|structured_output|streamed_tool_calls"  # the grammar and tool-call parsing on untrusted input, under ASan too
-    flags=-DELLM_SANITIZE=ON
-    targets="ellm test_base test_kernels test_model test_text test_grammar test_engine test_server" ;;
+    flags="-DELLM_SANITIZE=ON -DELLM_FUZZ=ON"
+    export CXX=clang++
+    targets="ellm test_base test_kernels test_model test_text test_grammar test_engine test_server"
+    targets="$targets $(ls fuzz/fuzz_*.cc | xargs -n1 basename | sed 's/\.cc$//')" ;;
   tsan)
     flags=-DELLM_TSAN=ON
     targets="ellm test_engine test_server" ;;
@@ -25,10 +29,14 @@ dir=${BUILD_DIR:-build-$kind}
 logs=$root/$dir/sanitizer-logs
 
 # -O1 -g1: the sanitizers' usual level; at -O2 -g a test file took 2.7x as long to compile.
+built=$(date +%s)
+# shellcheck disable=SC2086
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" "$flags" >/dev/null
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" $flags >/dev/null
 # shellcheck disable=SC2086
 cmake --build "$dir" -j "$(nproc)" --target $targets
+echo "-- $kind build: $(( $(date +%s) - built ))s"
+tested=$(date +%s)
 [ -d tests/e2e/node_modules/openai ] || e2e=${e2e/server_openai|/}
 e2e="^e2e_test_($e2e)\$"
 
@@ -58,5 +66,6 @@ if [ -n "$reports" ]; then
   echo "$kind: $(echo "$reports" | wc -l) sanitizer report file(s) in $logs"
   status=1
 fi
+echo "-- $kind tests: $(( $(date +%s) - tested ))s"
 [ "$status" = 0 ] && echo "$kind: all clean"
 exit "$status"

@@ -281,7 +281,7 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   // the tool-call token; "required" and a named function are enforced by the grammar.
   const bool parse_tools = !request.tools.empty() && request.tool_choice != "none";
   nlohmann::ordered_json tools = request.tools.empty() ? nlohmann::ordered_json(nullptr) : request.tools;
-  std::string prompt = chat_template.render(normalize_chat_messages(request.messages), tools,
+  std::string prompt = chat_template.render(request.messages, tools,
                                             /*add_generation_prompt=*/true, request.template_kwargs);
   request.generate.prompt = engine.encode(prompt);
   request.generate.constraint = chat_constraint(request, options.tool_call_format, options.parse_reasoning, prompt);

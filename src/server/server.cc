@@ -156,7 +156,7 @@ void Server::Impl::tokenize(const httplib::Request& req, httplib::Response& res)
     bool add_generation_prompt = body.value("add_generation_prompt", true);
     ojson tools = body.contains("tools") && body["tools"].is_array() ? body["tools"] : ojson(nullptr);
     ojson kwargs = body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object() ? body["chat_template_kwargs"] : ojson::object();
-    text = chat_template.render(normalize_chat_messages(*it), tools, add_generation_prompt, kwargs);
+    text = chat_template.render(*it, tools, add_generation_prompt, kwargs);
   } else if (auto p = body.find("prompt"); p != body.end() && p->is_string()) {
     text = p->get<std::string>();
   } else {

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include <utf8proc.h>
@@ -56,6 +57,13 @@ void flatten_text_parts(ojson& message) {
   *content = text;
 }
 
+// Whether a template handles list content itself, as vLLM detects it: a test of content being
+// iterable, or a loop over it (Qwen3.5's render_content macro; Qwen3's templates have neither).
+bool reads_content_parts(const std::string& source) {
+  static const std::regex loop(R"((content\s+is\s+iterable)|(for\s+\w+\s+in\s+[\w.\['"\]]*content\b))");
+  return std::regex_search(source, loop);
+}
+
 }  // namespace
 
 void check_utf8(const std::string& text, const std::string& where) {
@@ -69,13 +77,13 @@ void check_utf8(const std::string& text, const std::string& where) {
   }
 }
 
-ojson normalize_chat_messages(const ojson& messages) {
+ojson normalize_chat_messages(const ojson& messages, bool flatten_parts) {
   if (!messages.is_array()) throw Error("messages: expected a JSON array");
   ojson out = messages;
   for (size_t i = 0; i < out.size(); ++i) {
     ojson& m = out[i];
     if (!m.is_object()) throw Error("messages[" + std::to_string(i) + "]: expected a JSON object");
-    flatten_text_parts(m);
+    if (flatten_parts) flatten_text_parts(m);
     bool assistant = m.value("role", "") == "assistant";
     auto content = m.find("content");
     if (assistant && content != m.end() && content->is_null()) *content = "";
@@ -94,8 +102,8 @@ ojson normalize_chat_messages(const ojson& messages) {
   return out;
 }
 
-nlohmann::json normalize_chat_messages(const nlohmann::json& messages) {
-  return nlohmann::json(normalize_chat_messages(ojson(messages)));
+nlohmann::json normalize_chat_messages(const nlohmann::json& messages, bool flatten_parts) {
+  return nlohmann::json(normalize_chat_messages(ojson(messages), flatten_parts));
 }
 
 ChatTemplate ChatTemplate::from_source(const std::string& source, const std::string& name,
@@ -103,6 +111,7 @@ ChatTemplate ChatTemplate::from_source(const std::string& source, const std::str
   ChatTemplate t;
   t.source_ = source;
   t.default_ = compile(source, name);
+  t.reads_content_parts_ = reads_content_parts(source);
   t.special_tokens_ = special_tokens;
   return t;
 }
@@ -143,7 +152,10 @@ ChatTemplate ChatTemplate::load(const std::string& model_dir, const std::string&
       t.source_ = source;
     } else if (name == "tool_use") {
       t.tool_use_ = compile(source, where + " '" + name + "'");
+    } else {
+      continue;
     }
+    t.reads_content_parts_ = t.reads_content_parts_ || reads_content_parts(source);
   }
   if (!t.default_) throw Error(where + ": no template named \"default\"");
   return t;
@@ -155,7 +167,7 @@ std::string ChatTemplate::render(const ojson& messages, const ojson& tools, bool
                                  const ojson& extra) const {
   if (!extra.is_null() && !extra.is_object()) throw Error("chat_template_kwargs: expected a JSON object");
   ojson context = ojson::object();
-  context["messages"] = normalize_chat_messages(messages);
+  context["messages"] = normalize_chat_messages(messages, !reads_content_parts_);
   context["tools"] = tools;
   context["add_generation_prompt"] = add_generation_prompt;
   for (const auto& [k, v] : special_tokens_.items()) context[k] = v;

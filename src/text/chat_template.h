@@ -40,15 +40,19 @@ class ChatTemplate {
   std::shared_ptr<const jinja::Template> default_;
   std::shared_ptr<const jinja::Template> tool_use_;  // optional
   std::string source_;
+  // The template iterates over a message's content itself (vLLM's "openai" content format), so
+  // a list of parts reaches it as a list instead of joined text.
+  bool reads_content_parts_ = false;
   nlohmann::ordered_json special_tokens_ = nlohmann::ordered_json::object();
 };
 
 // vLLM's normalisation before rendering: assistant `content: null` becomes "", content given
-// as a list of text parts becomes their texts joined by "\n", and tool-call
+// as a list of text parts becomes their texts joined by "\n" (unless flatten_text_parts is
+// false: for a template that reads the parts itself, as Qwen3.5's does), and tool-call
 // function.arguments given as a JSON string are parsed (kept as the string if not valid JSON).
 // Throws Error if `messages` is not an array of objects.
-nlohmann::ordered_json normalize_chat_messages(const nlohmann::ordered_json& messages);
-nlohmann::json normalize_chat_messages(const nlohmann::json& messages);
+nlohmann::ordered_json normalize_chat_messages(const nlohmann::ordered_json& messages, bool flatten_text_parts = true);
+nlohmann::json normalize_chat_messages(const nlohmann::json& messages, bool flatten_text_parts = true);
 
 // Throws Error("<where>: invalid UTF-8 at byte N") unless `text` is well-formed UTF-8.
 void check_utf8(const std::string& text, const std::string& where);

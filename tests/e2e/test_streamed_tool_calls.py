@@ -13,6 +13,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from server_harness import SHARED, TINY, Server, check  # noqa: E402
 
 CODER_TEMPLATE = os.path.join(SHARED, "text", "qwen3-coder", "chat_template.jinja")
+QWEN36_TEMPLATE = os.path.join(SHARED, "text", "qwen35", "chat_template.jinja")
+QWEN38_TEMPLATE = os.path.join(SHARED, "text", "qwen35", "chat_template_qwen38.jinja")
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
     "city": {"type": "string"}, "unit": {"type": "string"}, "days": {"type": "integer"}}}}}]
 MESSAGES = [{"role": "user", "content": "Weather in Paris for 3 days?"}]
@@ -117,6 +119,39 @@ def check_text_stays_text(what, pieces, body_extra):
     return special["tokens"], scripted
 
 
+def check_qwen35_reply(version, template):
+    """Qwen3.6 / Qwen3.8's official template: the prompt opens the reply with <think>\n, so the model
+    writes its reasoning, </think>, then text and an XML call (the qwen3_coder format, detected from
+    the template). Whole and streamed, the reasoning, content and call land in their fields; the
+    template's switches (preserve_thinking, Qwen3.8's reasoning_effort) reach it."""
+    reasoning = "The user wants the weather."
+    with Server(TINY) as s:
+        scripted = token_ids(s, reasoning, "</think>", "\n\n", BEFORE, CODER_CALL)
+    with Server(TINY, "--chat-template", template, "--scripted-output", ",".join(map(str, scripted))) as s:
+        body = {"messages": MESSAGES, "tools": TOOLS, "max_tokens": len(scripted) + 5}
+        status, r = s.post("/tokenize", dict(body, add_generation_prompt=True))
+        status, text = s.post("/detokenize", {"tokens": r["tokens"]})
+        check(text["prompt"].endswith("<|im_start|>assistant\n<think>\n"), f"{version}: the prompt opens the reply in reasoning: {text['prompt'][-60:]!r}")
+        if version == "qwen3.8":
+            low = s.post("/tokenize", dict(body, add_generation_prompt=True, chat_template_kwargs={"reasoning_effort": "low"}))[1]
+            low_text = s.post("/detokenize", {"tokens": low["tokens"]})[1]["prompt"]
+            check("Reasoning effort is set to low" in low_text, f"reasoning_effort reaches the template: {low_text[:120]!r}")
+        status, whole = s.post("/v1/chat/completions", body)
+        check(status == 200, f"{version}: {status} {whole}")
+        message = whole["choices"][0]["message"]
+        check(message.get("reasoning_content") == reasoning, f"{version}: reasoning {message}")
+        check(message["content"].strip() == BEFORE and len(message["tool_calls"]) == 1, f"{version}: reply {message}")
+        check(json.loads(message["tool_calls"][0]["function"]["arguments"]) == ARGUMENTS, f"{version}: call {message}")
+        check(whole["choices"][0]["finish_reason"] == "tool_calls", f"{version}: finish {whole['choices'][0]}")
+        chunks, done = s.stream("/v1/chat/completions", body)
+        streamed_reasoning = "".join(c["choices"][0]["delta"].get("reasoning_content") or "" for c in chunks if c["choices"])
+        arguments = "".join(tc["function"].get("arguments") or "" for c in chunks if c["choices"]
+                            for tc in c["choices"][0]["delta"].get("tool_calls") or [])
+        check(done and streamed_reasoning == reasoning and json.loads(arguments) == ARGUMENTS,
+              f"{version}: streamed reasoning {streamed_reasoning!r}, arguments {arguments!r}")
+    print(f"{version}: reasoning, content and the XML call parsed, whole and streamed")
+
+
 def main():
     check_auto_call("qwen3", QWEN3_CALL, ())
     check_auto_call("qwen3_coder", CODER_CALL, ("--chat-template", CODER_TEMPLATE))
@@ -126,6 +161,8 @@ def main():
     spelled = ("<", "tool", "_call", ">", '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n', "</", "tool", "_call", ">")
     special, scripted = check_text_stays_text("tool_choice none", spelled, {"tool_choice": "none"})
     check(len(special) == 1 and special[0] not in scripted, f"the markup is spelled without the special token {special}")
+    check_qwen35_reply("qwen3.6", QWEN36_TEMPLATE)
+    check_qwen35_reply("qwen3.8", QWEN38_TEMPLATE)
     print("ok")
 
 
