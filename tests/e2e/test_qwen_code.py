@@ -7,6 +7,7 @@ result back (the nonce of a file only the tool can read), that ellm answered 200
 first turn's prompt cached, and the agent exits 0 with the scripted answer."""
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -48,6 +49,10 @@ def installed_cli():
                              timeout=600)
         check(run.returncode == 0, f"npm install of {PACKAGE} {pinned} failed: {run.stderr[-2000:]}")
     check(version() == pinned, f"{PACKAGE} {pinned} is not installed in tests/e2e/node_modules (found {version()})")
+    with open(installed) as f:
+        needed = int(re.match(r">=\s*(\d+)", json.load(f)["engines"]["node"]).group(1))
+    node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+    check(int(node.lstrip("v").split(".")[0]) >= needed, f"{PACKAGE} {pinned} needs Node {needed} or later, not {node}")
     return os.path.join(HERE, "node_modules", PACKAGE, "cli.js")
 
 
