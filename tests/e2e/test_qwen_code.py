@@ -168,10 +168,11 @@ def run_agent(cli, tmp, fmt, template_args, call_text, plant):
              "--max-session-turns", "3",  # an agent that calls the tool again and again stops at the third
              "-p", "What do my notes say?"],
             # One process: otherwise the CLI starts itself again with a larger heap, seconds more.
-            cwd=work, env=dict(os.environ, HOME=home, QWEN_CODE_NO_RELAUNCH="true"), capture_output=True, text=True,
-            timeout=300)
+            cwd=work, env=dict(os.environ, HOME=home, QWEN_CODE_NO_RELAUNCH="true"), stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, timeout=300)
         seconds = time.monotonic() - start
         proxy.shutdown()
+        proxy.server_close()
     what = f"{fmt}: qwen exited {agent.returncode}\nstdout: {agent.stdout[-3000:]}\nstderr: {agent.stderr[-3000:]}"
 
     chats = [e for e in proxy.exchanges if e[0] == "/v1/chat/completions"]
@@ -197,9 +198,13 @@ def run_agent(cli, tmp, fmt, template_args, call_text, plant):
           f"finish_reason {second_finish}")
 
     check(agent.returncode == 0, what)
-    result = json.loads(agent.stdout)[-1]
+    try:
+        result = json.loads(agent.stdout)[-1]
+    except ValueError:
+        check(False, f"{what}\nthe output is not the JSON of --output-format json")
     check(result.get("type") == "result" and result.get("result") == ANSWER, f"{what}\nthe agent's result: {result}")
-    print(f"{fmt}: {tool} ran; {cached} of {first_usage['prompt_tokens']} prompt tokens cached; {seconds:.1f} s")
+    print(f"{fmt}: {tool} ran; the follow-up had {cached} tokens cached, the first prompt {first_usage['prompt_tokens']}; "
+          f"the agent took {seconds:.1f} s")
 
 
 def main():
