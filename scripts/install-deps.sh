@@ -19,7 +19,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
-# Node.js + npm for the end-to-end test with the official `openai` client.
+# Node.js + npm for the end-to-end tests with the official `openai` client and Qwen Code (which
+# needs Node 20 or later; Debian 12's own nodejs is 18).
 if ! command -v npm >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm

@@ -69,6 +69,15 @@ std::vector<int32_t> parse_id_list(const std::string& text) {
   return ids;
 }
 
+// "1,2;3,4": one script per request in turn, separated by ';'.
+std::vector<std::vector<int32_t>> parse_scripts(const std::string& text) {
+  std::vector<std::vector<int32_t>> scripts;
+  std::stringstream in(text);
+  std::string script;
+  while (std::getline(in, script, ';')) scripts.push_back(parse_id_list(script));
+  return scripts;
+}
+
 int g_signal_pipe[2] = {-1, -1};
 
 void on_stop_signal(int sig) {
@@ -129,7 +138,7 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--session-disk", session_disk, "disk budget of --session-dir, e.g. 100G (default: half the free space there)");
   app.add_option("--replica-id", replica_id,
                  "this replica's name in /metrics (label replica) and the X-Ellm-Replica header (default: the hostname)");
-  app.add_option("--scripted-output", scripted, "testing: comma-separated token ids emitted instead of sampling");
+  app.add_option("--scripted-output", scripted, "testing: comma-separated token ids emitted instead of sampling; several scripts separated by ';' serve the requests in turn, the last one repeating");
   try {
     // A flag given twice takes its last value, as in vLLM (and wrapper scripts rely on it).
     for (CLI::Option* option : app.get_options())
@@ -233,7 +242,7 @@ int cmd_serve(int argc, char** argv) {
   }
   engine_options.eos_token_ids = defaults.eos_token_ids;
   engine_options.default_sampling = defaults.sampling;
-  if (!scripted.empty()) engine_options.scripted_output = parse_id_list(scripted);
+  if (!scripted.empty()) engine_options.scripted_outputs = parse_scripts(scripted);
 
   Engine engine(Model::load(model_path, limits), tokenizer, engine_options);
   Server server(engine, chat_template, server_options);

@@ -64,9 +64,10 @@ struct Engine::Impl {
 Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
                EngineOptions options) {
   if (!model || !tokenizer) throw Error("engine: a model and a tokenizer are required");
-  for (int32_t id : options.scripted_output)
-    if (id < 0 || id >= model->vocab_size())
-      throw Error("scripted output: token id " + std::to_string(id) + " is outside the vocabulary");
+  for (const auto& script : options.scripted_outputs)
+    for (int32_t id : script)
+      if (id < 0 || id >= model->vocab_size())
+        throw Error("scripted output: token id " + std::to_string(id) + " is outside the vocabulary");
   impl_ = std::make_unique<Impl>(std::move(model), std::move(tokenizer), std::move(options));
 }
 

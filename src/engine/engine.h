@@ -63,9 +63,11 @@ struct EngineOptions {
   size_t session_memory_bytes = size_t(1) << 30;  // RAM tier
   std::string session_dir;                        // disk tier; "" = off
   size_t session_disk_bytes = size_t(64) << 30;   // disk tier
-  // Testing hook: when non-empty, every request "samples" these tokens in order, then stops
-  // as at eos, so output parsing can be tested end to end deterministically.
-  std::vector<int32_t> scripted_output;
+  // Testing hook: when non-empty, requests "sample" these scripts' tokens in order, then stop as
+  // at eos, so output parsing and agent turns can be tested end to end deterministically. The
+  // first request to start takes the first script, the next the second, and so on; the last
+  // script serves every request after.
+  std::vector<std::vector<int32_t>> scripted_outputs;
 };
 
 struct QueueFull : std::runtime_error {

@@ -432,6 +432,8 @@ Scheduler::Placement Scheduler::place(QueuedRequest& queued) {
   const int64_t n_prompt = int64_t(prompt.size());
   samplers_[slot.index].start(queued.request.sampling, prompt);
   active_[slot.index] = std::make_unique<ActiveRequest>(tokenizer_, std::move(queued), reuse);
+  if (const auto& scripts = options_.scripted_outputs; !scripts.empty())
+    active_[slot.index]->script = &scripts[std::min(scripts_started_++, scripts.size() - 1)];
   slot.prompt_len = n_prompt;
   slot.busy = true;
   slot.reserved = reserve;
@@ -626,13 +628,13 @@ void Scheduler::on_logits(int slot, std::span<float> logits) {
   request.last_token = now;
 
   // The scripted test hook replaces sampling; past its end the request stops as at eos.
-  const auto& script = options_.scripted_output;
-  if (!script.empty() && request.generated >= int64_t(script.size())) return end_at_stop_token(slot);
+  const std::vector<int32_t>* script = request.script;
+  if (script && request.generated >= int64_t(script->size())) return end_at_stop_token(slot);
   // A constraint masks the logits in place; when nothing may follow, the output ends.
-  TokenConstraint* constraint = script.empty() ? request.constraint.get() : nullptr;
+  TokenConstraint* constraint = script ? nullptr : request.constraint.get();
   if (constraint && !constraint->mask(logits, request.max_new - request.generated))
     return constraint->complete() ? end_at_stop_token(slot) : finish(slot, FinishReason::length);
-  int32_t token = script.empty() ? sampler.sample(logits) : script[request.generated];
+  int32_t token = script ? (*script)[request.generated] : sampler.sample(logits);
   if (constraint) constraint->accept(token);
   StreamEvent event;
   if (request.request.sampling.top_logprobs >= 0) {

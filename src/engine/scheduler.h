@@ -42,6 +42,7 @@ struct ActiveRequest {
   IncrementalDetokenizer detokenizer;
   StopStringMatcher stop;
   std::unique_ptr<TokenConstraint> constraint;
+  const std::vector<int32_t>* script = nullptr;  // EngineOptions::scripted_outputs: emitted instead of sampling
   Clock::time_point submitted, last_token;
 
   ActiveRequest(const Tokenizer& tokenizer, QueuedRequest&& queued, int64_t cached_tokens);
@@ -120,6 +121,7 @@ class Scheduler {
   std::vector<std::span<const uint8_t>> kv_out_;
   uint64_t clock_ = 0;
   int running_ = 0;
+  size_t scripts_started_ = 0;
   EngineMetrics local_metrics_;
   Clock::time_point last_kv_measure_;
 

@@ -73,14 +73,15 @@ TEST(EngineRobustness, ScriptedIdsWithoutATokenLeaveTheTextAround) {
   EngineOptions options;
   options.eos_token_ids = {151645};
   const int32_t tokenless = int32_t(test_tokenizer()->vocab_size() + 50);
-  options.scripted_output = test_tokenizer()->encode("hello");
-  options.scripted_output.push_back(tokenless);
-  for (int32_t id : test_tokenizer()->encode(" world")) options.scripted_output.push_back(id);
+  std::vector<int32_t> script = test_tokenizer()->encode("hello");
+  script.push_back(tokenless);
+  for (int32_t id : test_tokenizer()->encode(" world")) script.push_back(id);
+  options.scripted_outputs = {script};
   Engine engine(std::make_unique<PaddedVocabModel>(test_tokenizer()->vocab_size(), limits(128, 1)),
                 test_tokenizer(), options);
   Outcome out = collect(engine.submit(greedy(prompt_of(5, 4), 50)));
   EXPECT_EQ(out.text, "hello world");
-  EXPECT_EQ(out.ids, options.scripted_output);
+  EXPECT_EQ(out.ids, script);
   EXPECT_EQ(out.end.finish_reason, FinishReason::stop);
 }
 

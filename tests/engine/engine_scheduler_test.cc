@@ -380,14 +380,29 @@ TEST(EngineScheduler, ConcurrentRequestsWaitForBudgetInsteadOfFailing) {
 TEST(EngineScheduler, ScriptedOutputReplacesSampling) {
   EngineOptions options;
   std::string scripted_text = "<tool_call>\n{\"name\": \"f\"}\n</tool_call>";
-  options.scripted_output = test_tokenizer()->encode(scripted_text);
+  options.scripted_outputs = {test_tokenizer()->encode(scripted_text)};
   auto [model, engine] = make_engine(limits(256, 1), options);
   GenerateRequest r = greedy(prompt_of(5, 24), 100);
   r.skip_special_tokens = false;
   Outcome out = collect(engine->submit(r));
   EXPECT_EQ(out.text, scripted_text);
-  EXPECT_EQ(out.ids, options.scripted_output);
+  EXPECT_EQ(out.ids, options.scripted_outputs[0]);
   EXPECT_EQ(out.end.finish_reason, FinishReason::stop);
+}
+
+// An agent's turns: a tool call, then the answer, then the answer again for every request after.
+TEST(EngineScheduler, ScriptsServeTheRequestsInTurnTheLastRepeating) {
+  EngineOptions options;
+  const std::vector<std::string> texts = {"<tool_call>\n{\"name\": \"f\"}\n</tool_call>", "done", "bye"};
+  for (const std::string& text : texts) options.scripted_outputs.push_back(test_tokenizer()->encode(text));
+  auto [model, engine] = make_engine(limits(256, 1), options);
+  for (size_t i = 0; i < texts.size() + 2; ++i) {
+    GenerateRequest r = greedy(prompt_of(5 + i, 24), 100);
+    r.skip_special_tokens = false;
+    Outcome out = collect(engine->submit(r));
+    EXPECT_EQ(out.text, texts[std::min(i, texts.size() - 1)]) << "request " << i;
+    EXPECT_EQ(out.end.finish_reason, FinishReason::stop) << "request " << i;
+  }
 }
 
 TEST(EngineScheduler, LogprobsComeWithEveryToken) {
