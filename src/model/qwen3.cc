@@ -82,7 +82,7 @@ void Qwen3Model::plan_activations() {
   auto carve = [&](auto*& p, size_t count) {
     using Elem = std::remove_pointer_t<std::remove_reference_t<decltype(p)>>;
     offset = (offset + kAlign - 1) / kAlign * kAlign;
-    p = reinterpret_cast<Elem*>(base + offset);
+    p = base ? reinterpret_cast<Elem*>(base + offset) : nullptr;  // the sizing pass has no base yet
     offset += count * sizeof(Elem);
   };
   for (int pass = 0; pass < 2; ++pass) {

@@ -341,7 +341,7 @@ TEST(CoderToolCalls, ParameterValueConversion) {
   EXPECT_EQ(convert_parameter_value("FALSE", "boolean"), false);
   EXPECT_EQ(convert_parameter_value("maybe", "boolean"), "maybe");
   EXPECT_TRUE(convert_parameter_value("NULL", "string").is_null());
-  EXPECT_EQ(convert_parameter_value("{\"a\": 1}", "object"), json::parse("{\"a\": 1}"));
+  EXPECT_EQ(convert_parameter_value("{\"a\": 1}", "object").dump(), json::parse("{\"a\": 1}").dump());
   EXPECT_EQ(convert_parameter_value("[1, ", "array"), "[1, ");
   EXPECT_EQ(convert_parameter_value(" 42 ", "string"), " 42 ");
 }
