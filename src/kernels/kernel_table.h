@@ -93,6 +93,8 @@ struct KernelTable {
   MatmulFn* matmul_fp8;
   int64_t fp8_decode_rows;
   Fp8ToPackedFn* fp8_to_packed_bf16;
+  // INT4 weights, every m (kernels.h; null: the tier below's).
+  MatmulFn* matmul_int4;
   // Attention: query rows (query x head) per prefill work item, and the block kernel with its
   // scratch size for up to `rows` rows (acc must have room for rows rounded up to 16).
   int64_t attention_tile_rows;

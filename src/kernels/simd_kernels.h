@@ -15,7 +15,8 @@ namespace ellm::simd {
 template <class V>
 constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul,
                                    MatmulFn* matmul_fp8, int64_t fp8_decode_rows,
-                                   Fp8ToPackedFn* fp8_to_packed_bf16) {
+                                   Fp8ToPackedFn* fp8_to_packed_bf16,
+                                   MatmulFn* matmul_int4 = nullptr) {
   return {
       .convert_f32_to_bf16 = convert_f32_to_bf16<V>,
       .convert_bf16_to_f32 = convert_bf16_to_f32<V>,
@@ -28,6 +29,7 @@ constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul
       .matmul_fp8 = matmul_fp8,
       .fp8_decode_rows = fp8_decode_rows,
       .fp8_to_packed_bf16 = fp8_to_packed_bf16,
+      .matmul_int4 = matmul_int4,
       .attention_tile_rows = 32,
       .attention_block = attention_block<V>,
       .attention_scratch_floats = default_attention_scratch_floats,

@@ -27,6 +27,7 @@ const KernelTable amx_kernels = {
     .matmul_fp8 = nullptr,  // the AVX-512 kernels: panels convert to the layout AMX reads
     .fp8_decode_rows = 0,
     .fp8_to_packed_bf16 = nullptr,
+    .matmul_int4 = nullptr,
     // Each tile packs every K/V block it reads for the tile products, so larger tiles pack less
     // per row.
     .attention_tile_rows = 256,

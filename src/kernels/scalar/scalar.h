@@ -16,6 +16,7 @@ PackWeightsFn pack_weights;
 MatmulFn matmul;
 MatmulFn matmul_fp8;
 Fp8ToPackedFn fp8_to_packed_bf16;
+MatmulFn matmul_int4;
 AttentionBlockFn attention_block;
 AllHeadsFn attention_block_all_heads;
 

@@ -17,6 +17,7 @@ const KernelTable scalar_kernels = {
     .matmul_fp8 = scalar::matmul_fp8,
     .fp8_decode_rows = INT64_MAX,  // the twin: every row the decode way
     .fp8_to_packed_bf16 = scalar::fp8_to_packed_bf16,
+    .matmul_int4 = scalar::matmul_int4,
     .attention_tile_rows = 32,
     .attention_block = scalar::attention_block,
     .attention_scratch_floats = default_attention_scratch_floats,
