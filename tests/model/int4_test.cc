@@ -11,6 +11,7 @@
 #include <random>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -316,6 +317,91 @@ TEST(Int4Load, ActOrderInputsAreReorderedOnceAtLoad) {
   std::string message = test::error_of([&] { Model::load(clash.path, limits()); });
   EXPECT_EQ(message, clash / "model.safetensors" + ": module '" + attn +
                          "k_proj' orders its inputs (g_idx) unlike the modules fused with it");
+}
+
+}  // namespace
+}  // namespace ellm
+
+namespace ellm {
+namespace {
+
+std::string load_error(const std::string& dir) {
+  std::string message = test::error_of([&] { Model::load(dir, limits()); });
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  return message;
+}
+
+// A GPTQ v1 file re-written as gptq_v2 (zero points stored as they are) gives the same bits.
+TEST(Int4Load, GptqV2StoresZerosAsTheyAre) {
+  test::ScratchDir v1, v2;
+  write_random_model(test::small_dense_config(), v1.path, 4, 1, {}, "gptq");
+  copy_checkpoint(v1.path, v2.path, [](RawTensors& t) {
+    for (auto& [name, tensor] : t)
+      if (name.ends_with(".qzeros"))
+        for (size_t i = 0; i < tensor.bytes.size(); i += 4) {
+          uint32_t word, out = 0;
+          std::memcpy(&word, tensor.bytes.data() + i, 4);
+          for (int n = 0; n < 8; ++n) out |= (((word >> (4 * n)) + 1) & 15) << (4 * n);
+          std::memcpy(tensor.bytes.data() + i, &out, 4);
+        }
+  });
+  std::string config = test::read_text(v2 / "config.json");
+  config.replace(config.find("\"checkpoint_format\": \"gptq\""), 27, "\"checkpoint_format\": \"gptq_v2\"");
+  test::write_text(v2 / "config.json", config);
+  const std::vector<int32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6};
+  EXPECT_EQ(run_tokens(*Model::load(v1.path, limits()), tokens),
+            run_tokens(*Model::load(v2.path, limits()), tokens));
+}
+
+// Bad 4-bit tensors: one line naming the file, the tensor and the problem.
+TEST(Int4Load, BadTensorsNameTheProblem) {
+  test::ScratchDir good;
+  write_random_model(test::small_dense_config(), good.path, 4, 1, {}, "gptq");
+  const std::string module = "model.layers.1.mlp.down_proj";  // [64][128], groups of 64
+  auto broken = [&](const std::function<void(RawTensors&)>& edit) {
+    auto dir = std::make_unique<test::ScratchDir>();
+    copy_checkpoint(good.path, dir->path, edit);
+    return dir;
+  };
+  auto d1 = broken([&](RawTensors& t) { t[module + ".qweight"].spec.dtype = "F32"; });
+  EXPECT_EQ(load_error(d1->path), *d1 / "model.safetensors" + ": tensor '" + module +
+                                      ".qweight' has dtype F32, expected I32");
+  auto d2 = broken([&](RawTensors& t) {
+    RawTensor& s = t[module + ".scales"];
+    s.spec.shape = {1, 128};
+    s.bytes.resize(256);
+  });
+  EXPECT_EQ(load_error(d2->path), *d2 / "model.safetensors" + ": tensor '" + module +
+                                      ".scales' has shape [1, 128], expected [2, 64] (64 x 128 "
+                                      "GPTQ weight, groups of 64)");
+  auto d3 = broken([&](RawTensors& t) { t.erase(module + ".qzeros"); });
+  EXPECT_EQ(load_error(d3->path),
+            *d3 / "model.safetensors" + ": missing tensor '" + module + ".qzeros'");
+  auto d4 = broken([&](RawTensors& t) {
+    int32_t bad = 2;
+    std::memcpy(t[module + ".g_idx"].bytes.data() + 4 * 5, &bad, 4);
+  });
+  EXPECT_EQ(load_error(d4->path), *d4 / "model.safetensors" + ": tensor '" + module +
+                                      ".g_idx' holds group 2 at 5, outside [0, 2)");
+  auto d5 = broken([&](RawTensors& t) {
+    int32_t other = 1;  // input 5 moves to group 1: 63 and 65 inputs
+    std::memcpy(t[module + ".g_idx"].bytes.data() + 4 * 5, &other, 4);
+  });
+  EXPECT_EQ(load_error(d5->path), *d5 / "model.safetensors" + ": tensor '" + module +
+                                      ".g_idx' does not give every group 64 inputs");
+  // 4-bit tensors without a quantization_config, and a group size the inputs do not divide.
+  auto d6 = broken([](RawTensors&) {});
+  ModelConfig plain = test::small_dense_config();
+  test::write_text(*d6 / "config.json", model_config_json(plain));
+  EXPECT_EQ(load_error(d6->path),
+            *d6 / "model.safetensors" + ": tensor 'model.layers.0.self_attn.q_proj.qweight' is "
+                  "4-bit, but config.json has no GPTQ or AWQ quantization_config");
+  plain.quant_method = "gptq";
+  plain.int4 = {"gptq", 48};
+  test::write_text(*d6 / "config.json", model_config_json(plain));
+  EXPECT_EQ(load_error(d6->path), *d6 / "model.safetensors" +
+                                      ": module 'model.layers.0.self_attn.q_proj' has 64 inputs, "
+                                      "not a multiple of group_size 48");
 }
 
 }  // namespace
