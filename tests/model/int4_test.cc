@@ -22,6 +22,7 @@
 #include "model/model.h"
 #include "model/weights.h"
 #include "model_test_util.h"
+#include "tools/int4_checkpoint.h"
 
 namespace ellm {
 namespace {
@@ -402,6 +403,48 @@ TEST(Int4Load, BadTensorsNameTheProblem) {
   EXPECT_EQ(load_error(d6->path), *d6 / "model.safetensors" +
                                       ": module 'model.layers.0.self_attn.q_proj' has 64 inputs, "
                                       "not a multiple of group_size 48");
+}
+
+}  // namespace
+}  // namespace ellm
+
+namespace ellm {
+namespace {
+
+// make-model's 4-bit writer against the independently made shared checkpoints: tiny-qwen3's BF16
+// weights on each format's grid, in groups of 32, packed as that format's tensors, give the
+// shared tiny-qwen3-gptq and tiny-qwen3-awq files' bytes.
+TEST(Int4Checkpoint, WriterMatchesTheSharedFiles) {
+  const std::string models = test::shared_dir() + "/models/";
+  SafetensorsStore plain = SafetensorsStore::open(models + "tiny-qwen3");
+  for (const std::string format : {"gptq", "awq"}) {
+    SafetensorsStore shared = SafetensorsStore::open(models + "tiny-qwen3-" + format);
+    int64_t tensors = 0, differing_bytes = 0;
+    for (auto& [name, t] : plain.tensors()) {
+      if (name.rfind("model.layers.", 0) != 0 || !has_suffix(name, "_proj.weight")) continue;
+      const int64_t rows = t.shape[0], k = t.shape[1];
+      std::vector<float> values(size_t(rows * k));
+      for (int64_t i = 0; i < rows * k; ++i) {
+        bf16 v;
+        std::memcpy(&v, t.data + 2 * i, 2);
+        values[i] = bf16_to_f32(v);
+      }
+      const Int4Grid grid = quantise_int4_grid(values, rows, k, 32, format);
+      for (const TensorSpec& spec : int4_module_tensors({name, t.shape, "BF16"}, format, 32)) {
+        const TensorInfo& want = shared.get(spec.name);
+        ASSERT_EQ(want.shape, spec.shape) << spec.name;
+        ASSERT_EQ(want.dtype_name, spec.dtype) << spec.name;
+        std::vector<uint8_t> got(want.bytes);
+        int64_t count = 1;
+        for (int64_t d : spec.shape) count *= d;
+        int4_tensor_bytes(grid, format, spec.name, 0, count, got.data());
+        for (size_t i = 0; i < got.size(); ++i) differing_bytes += got[i] != want.data[i];
+        ++tensors;
+      }
+    }
+    EXPECT_EQ(tensors, 3 * 7 * (format == "gptq" ? 4 : 3));
+    EXPECT_EQ(differing_bytes, 0) << format;
+  }
 }
 
 }  // namespace
