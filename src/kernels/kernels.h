@@ -144,7 +144,7 @@ constexpr int64_t kFp8Cols = 32, kFp8BlockK = 128;
 //   codes[(b * k + kk) * 16 + c % 16] = q of W[b * 32 + c][kk], column c < 16 in the low nibble,
 //                                       c + 16 in the high one                  (missing columns 0)
 //   scales[(b * groups + g) * 32 + c], zeros[...] likewise: column b * 32 + c, inputs of group g
-// W[j][kk] = scale * (q - zero), q and zero in [0, 15]. With `k_order` (GPTQ act-order), packed
+// W[j][kk] = scale * (q - zero), q in [0, 15], zero in [0, 16] (16: a GPTQ v1 file's stored 15). With `k_order` (GPTQ act-order), packed
 // input kk is input k_order[kk] of x: the loader sorted the inputs by group.
 constexpr int64_t kInt4Cols = 32;
 

@@ -104,8 +104,6 @@ void release(const SafetensorsStore& store, const Int4Module& m) {
     if (t) store.release(*t);
 }
 
-int tensors_of(const Int4Module& m) { return m.g_idx ? 4 : 3; }
-
 // The input order that puts each group's inputs side by side (act-order g_idx), stable within a
 // group; empty when they already are (g_idx[i] == i / group).
 std::vector<int32_t> grouped_order(const Int4Module& m, const std::string& module) {
@@ -135,7 +133,7 @@ int64_t int4_module_group(const SafetensorsStore& store, const Int4Quantization&
   return open_module(store, q, module, rows, k).group;
 }
 
-int read_int4_module(const SafetensorsStore& store, const Int4Quantization& q,
+void read_int4_module(const SafetensorsStore& store, const Int4Quantization& q,
                      const std::string& module, int64_t rows, int64_t row0, PackedWeights& w) {
   const Int4Module m = open_module(store, q, module, rows, w.k);
   if (m.group != w.group)
@@ -165,10 +163,9 @@ int read_int4_module(const SafetensorsStore& store, const Int4Quantization& q,
     }
   }
   release(store, m);
-  return tensors_of(m);
 }
 
-int dequantise_int4_module(const SafetensorsStore& store, const Int4Quantization& q,
+void dequantise_int4_module(const SafetensorsStore& store, const Int4Quantization& q,
                            const std::string& module, int64_t rows, int64_t k, bf16* out) {
   const Int4Module m = open_module(store, q, module, rows, k);
   for (int64_t o = 0; o < rows; ++o)
@@ -177,7 +174,6 @@ int dequantise_int4_module(const SafetensorsStore& store, const Int4Quantization
       out[o * k + i] = f32_to_bf16(m.scale(g, o) * float(m.code(i, o) - m.zero(g, o)));
     }
   release(store, m);
-  return tensors_of(m);
 }
 
 int64_t int4_quantise_group(int64_t k) {

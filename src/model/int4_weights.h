@@ -22,13 +22,13 @@ int64_t int4_module_group(const SafetensorsStore& store, const Int4Quantization&
 // The module's codes, factors and zeros as rows [row0, row0 + rows) of w (k inputs, groups of
 // int4_module_group). With act-order g_idx, w.k_order is set from the first part read and
 // every later part must have the same order. Every tensor read is checked (dtype, shape,
-// g_idx) and released; returns how many tensors it read.
-int read_int4_module(const SafetensorsStore& store, const Int4Quantization& q,
+// g_idx) and released.
+void read_int4_module(const SafetensorsStore& store, const Int4Quantization& q,
                      const std::string& module, int64_t rows, int64_t row0, PackedWeights& w);
 
 // The module's weights dequantised, scale * (q - zero) rounded to BF16, into out [rows][k]
-// (input order as the checkpoint's BF16 weight). Returns how many tensors it read.
-int dequantise_int4_module(const SafetensorsStore& store, const Int4Quantization& q,
+// (input order as the checkpoint's BF16 weight).
+void dequantise_int4_module(const SafetensorsStore& store, const Int4Quantization& q,
                            const std::string& module, int64_t rows, int64_t k, bf16* out);
 
 // --quantize int4: the group of a k-input matrix, 128 inputs or the largest divisor of k below.

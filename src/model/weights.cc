@@ -83,9 +83,10 @@ class Loader {
     return out;
   }
 
-  // Packs the row-wise concatenation of tensors names[i] ([rows[i]][k] each) as one matrix: FP8
-  // when every part is FP8 in the file, or when quantising (`quantizable`: a decoder layer's
-  // weight) and no part is FP8 with rows that do not fit; else BF16.
+  // Packs the row-wise concatenation of tensors names[i] ([rows[i]][k] each) as one matrix: as
+  // packed_int4 when a part is a 4-bit module; INT4 when quantising to INT4 (`quantizable`: a
+  // decoder layer's weight); FP8 when every part is FP8 in the file, or when quantising to FP8
+  // and no part is FP8 with rows that do not fit; else BF16.
   PackedWeights packed(const std::vector<std::string>& names, const std::vector<int64_t>& rows,
                        int64_t k, bool quantizable = true) {
     for (const std::string& name : names)

@@ -186,10 +186,10 @@ TEST(Int4, RowResultDoesNotDependOnThePass) {
   }
 }
 
-// Every code against every zero point through every tier, both paths: x = 1 and factor 1
-// give y = q - zero exactly.
+// Every code against every zero point (16 too: GPTQ v1's stored 15 plus 1) through every tier,
+// both paths: x = 1 and factor 1 give y = q - zero exactly.
 TEST(Int4, EveryCodeAndZeroThroughEveryTier) {
-  const int64_t n = 256, k = 32;
+  const int64_t n = 17 * 16, k = 32;
   std::vector<uint8_t> codes(n * k), zeros(n);
   std::vector<float> scales(n, 1.0f);
   for (int64_t j = 0; j < n; ++j) {
