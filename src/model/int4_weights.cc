@@ -122,6 +122,70 @@ std::vector<int32_t> grouped_order(const Int4Module& m, const std::string& modul
   return order;
 }
 
+// unpack_codes when the module's rows are whole blocks of w: each block's 16 code bytes of an
+// input made from the words that hold them and stored once.
+void unpack_whole_blocks(const Int4Module& m, const std::vector<int32_t>& position, int64_t row0,
+                         PackedWeights& w) {
+  auto nibble = [](uint32_t word, int n) { return uint8_t((word >> (4 * n)) & 15); };
+  uint8_t* codes = w.codes.get() + (row0 / kInt4Cols) * w.k * 16;
+  const int64_t blocks = m.rows / kInt4Cols;
+  if (m.awq) {  // input i, block b: words 4b .. 4b + 3 of qweight row i hold its 32 columns
+    for (int64_t i = 0; i < m.k; ++i)
+      for (int64_t b = 0; b < blocks; ++b) {
+        uint32_t words[4];
+        std::memcpy(words, m.qweight->data + 4 * (i * (m.rows / 8) + 4 * b), 16);
+        uint8_t* out = codes + (b * w.k + position[i]) * 16;
+        for (int c = 0; c < 16; ++c)
+          out[c] = uint8_t(nibble(words[c / 8], kAwqNibble[c % 8]) |
+                           nibble(words[2 + c / 8], kAwqNibble[c % 8]) << 4);
+      }
+    return;
+  }
+  for (int64_t r = 0; r < m.k / 8; ++r)  // inputs 8r .. 8r + 7, block b: 32 words of row r
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint32_t words[32];
+      std::memcpy(words, m.qweight->data + 4 * (r * m.rows + b * kInt4Cols), sizeof words);
+      for (int n = 0; n < 8; ++n) {
+        uint8_t* out = codes + (b * w.k + position[8 * r + n]) * 16;
+        for (int c = 0; c < 16; ++c) out[c] = uint8_t(nibble(words[c], n) | nibble(words[c + 16], n) << 4);
+      }
+    }
+}
+
+// The module's codes into rows [row0, row0 + rows) of w (fresh: its codes still zero), input i
+// at the position `order` gives it (set_int4_code's layout), a qweight word at a time in file
+// order: the 8 codes of a word go to one column and 8 inputs (GPTQ), or to 8 columns side by
+// side of one input (AWQ; rows and row0 are multiples of 8 there, so the 8 columns share a
+// block and a nibble).
+void unpack_codes(const Int4Module& m, const std::vector<int32_t>& order, int64_t row0,
+                  PackedWeights& w) {
+  std::vector<int32_t> position(size_t(m.k));
+  for (int64_t p = 0; p < m.k; ++p) position[order.empty() ? p : order[p]] = int32_t(p);
+  auto column = [&](int64_t o, int& shift) {  // the code bytes of row o at packed input 0
+    const int64_t j = row0 + o;
+    shift = j % kInt4Cols < 16 ? 0 : 4;
+    return w.codes.get() + (j / kInt4Cols) * w.k * 16 + j % 16;
+  };
+  if (row0 % kInt4Cols == 0 && m.rows % kInt4Cols == 0) return unpack_whole_blocks(m, position, row0, w);
+  if (m.awq) {
+    for (int64_t i = 0; i < m.k; ++i)
+      for (int64_t c = 0; c < m.rows / 8; ++c) {
+        const uint32_t word = uint32_t(Int4Module::word(m.qweight, i * (m.rows / 8) + c));
+        int shift;
+        uint8_t* bytes = column(8 * c, shift) + position[i] * 16;
+        for (int j = 0; j < 8; ++j) bytes[j] |= uint8_t(((word >> (4 * kAwqNibble[j])) & 15) << shift);
+      }
+    return;
+  }
+  for (int64_t r = 0; r < m.k / 8; ++r)
+    for (int64_t o = 0; o < m.rows; ++o) {
+      const uint32_t word = uint32_t(Int4Module::word(m.qweight, r * m.rows + o));
+      int shift;
+      uint8_t* bytes = column(o, shift);
+      for (int n = 0; n < 8; ++n) bytes[position[8 * r + n] * 16] |= uint8_t(((word >> (4 * n)) & 15) << shift);
+    }
+}
+
 }  // namespace
 
 bool is_int4_module(const SafetensorsStore& store, const std::string& module) {
@@ -150,9 +214,9 @@ void read_int4_module(const SafetensorsStore& store, const Int4Quantization& q,
     fail(m.g_idx ? m.g_idx->file->path() : store.file_for(module + ".qweight"),
          "module '" + module + "' orders its inputs (g_idx) unlike the modules fused with it");
   }
+  unpack_codes(m, order, row0, w);
   for (int64_t o = 0; o < rows; ++o) {
     const int64_t j = row0 + o;
-    for (int64_t p = 0; p < w.k; ++p) set_int4_code(w, j, p, uint8_t(m.code(order.empty() ? p : order[p], o)));
     for (int64_t g = 0; g < m.groups; ++g) {
       const float scale = m.scale(g, o);
       if (!std::isfinite(scale))

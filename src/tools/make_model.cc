@@ -237,8 +237,10 @@ SpecialTokenIds read_special_token_ids(const std::string& tokenizer_dir) {
 void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t seed, int shards,
                         const SpecialTokenIds& special, const std::string& dtype) {
   if (shards < 1) fail("--shards", "must be at least 1");
-  const bool fp8 = dtype == "fp8", as_bf16 = dtype == "gptq-as-bf16";
-  const std::string int4_format = dtype == "gptq" || as_bf16 ? "gptq" : dtype == "awq" ? "awq" : "";
+  const bool fp8 = dtype == "fp8", as_bf16 = dtype == "gptq-as-bf16" || dtype == "awq-as-bf16";
+  const std::string int4_format = dtype.rfind("gptq", 0) == 0 ? "gptq"
+                                  : dtype.rfind("awq", 0) == 0 ? "awq"
+                                                               : "";
   const int64_t group = int4_format.empty() ? 0 : int4_group_for(config);
   if (fp8) config.quant_method = "fp8";
   if (!int4_format.empty() && !as_bf16) {

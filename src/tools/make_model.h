@@ -44,7 +44,8 @@ SpecialTokenIds read_special_token_ids(const std::string& tokenizer_dir);
 // decoder layers' linear weights are F8_E4M3 with F32 factors per 128x128 block (the BF16
 // model of the same seed, quantised as `--quantize fp8` does); with gptq or awq they are 4-bit
 // modules (the BF16 model of the same seed rounded to nearest on that format's grid, groups of
-// 128 or fewer inputs); "gptq-as-bf16" writes the gptq model's weights as BF16 values.
+// 128 or fewer inputs); "gptq-as-bf16" and "awq-as-bf16" write those models' weights as BF16
+// values.
 void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t seed, int shards,
                         const SpecialTokenIds& special = {}, const std::string& dtype = "bf16");
 

@@ -145,6 +145,26 @@ TEST(Int4Load, ShardedMoeGptqWithAModuleAcrossShards) {
   EXPECT_GT(largest, 0.0);  // the INT4 path really ran
 }
 
+// Rows that are not whole 32-column blocks (k_proj and v_proj of 80 rows, fused after q_proj's
+// 160): both formats give the logits of their BF16-rounded twins, up to that rounding.
+TEST(Int4Load, ModulesNotInWholeBlocks) {
+  ModelConfig config = test::small_dense_config();
+  config.head_dim = 40;
+  for (const std::string format : {"gptq", "awq"}) {
+    test::ScratchDir int4, as_bf16;
+    write_random_model(config, int4.path, 8, 1, {}, format);
+    write_random_model(config, as_bf16.path, 8, 1, {}, format + "-as-bf16");
+    const std::vector<int32_t> tokens = {5, 17, 300, 2, 99, 411, 7, 8};
+    std::vector<float> a = run_tokens(*Model::load(int4.path, limits()), tokens);
+    std::vector<float> b = run_tokens(*Model::load(as_bf16.path, limits()), tokens);
+    double largest = 0;
+    for (size_t i = 0; i < a.size(); ++i) largest = std::max(largest, double(std::fabs(a[i] - b[i])));
+    std::printf("[int4 %s, head_dim 40] vs its BF16-rounded twin: max |dlogit| %.4f\n",
+                format.c_str(), largest);
+    EXPECT_LT(largest, 0.05) << format;
+  }
+}
+
 // --quantize int4 is deterministic and, on the golden feeds, reported against BF16 beside
 // --quantize fp8 (mean KL, top-1 agreement at clear margins, largest |dlogit|). The random tiny
 // models have large weights, so 4 bits move their logits much more than a trained model's; the
