@@ -259,6 +259,8 @@ void quantise_int4_rows(const float* values, int64_t rows, int64_t row0, PackedW
   for (int64_t o = 0; o < rows; ++o) {
     const int64_t j = row0 + o;
     const float* row = values + o * k;
+    uint8_t* column = w.codes.get() + (j / kInt4Cols) * k * 16 + j % 16;  // set_int4_code's layout
+    const int shift = j % kInt4Cols < 16 ? 0 : 4;
     for (int64_t g = 0; g < w.groups; ++g) {
       const float* v = row + g * G;
       auto [lo, hi] = std::minmax_element(v, v + G);
@@ -269,7 +271,7 @@ void quantise_int4_rows(const float* values, int64_t rows, int64_t row0, PackedW
       w.zeros[int4_group_index(w, j, g)] = zero;
       for (int64_t i = 0; i < G; ++i) {
         const float q = std::nearbyint(v[i] / scale) + float(zero);
-        set_int4_code(w, j, g * G + i, uint8_t(std::clamp(q, 0.0f, 15.0f)));
+        column[(g * G + i) * 16] |= uint8_t(uint8_t(std::clamp(q, 0.0f, 15.0f)) << shift);
       }
     }
   }

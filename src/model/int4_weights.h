@@ -33,7 +33,7 @@ void dequantise_int4_module(const SafetensorsStore& store, const Int4Quantizatio
 
 // --quantize int4: the group of a k-input matrix, 128 inputs or the largest divisor of k below.
 int64_t int4_quantise_group(int64_t k);
-// Rows [row0, row0 + rows) of w from the values [rows][k], per row and group on GPTQ's
+// Rows [row0, row0 + rows) of w (fresh: their codes still zero) from the values [rows][k], per row and group on GPTQ's
 // asymmetric grid: scale = (max - min) / 15 over the group's values and 0, zero = round(-min /
 // scale), q = clamp(round(v / scale) + zero, 0, 15).
 void quantise_int4_rows(const float* values, int64_t rows, int64_t row0, PackedWeights& w);

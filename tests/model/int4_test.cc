@@ -165,6 +165,28 @@ TEST(Int4Load, ModulesNotInWholeBlocks) {
   }
 }
 
+// --quantize int4 rounds to nearest: every weight of every layer's q_proj lies within half a step
+// of its 4-bit value.
+TEST(Int4Quantize, EveryWeightWithinHalfAStep) {
+  const std::string dir = test::shared_dir() + "/models/tiny-qwen3";
+  const ModelConfig config = load_model_config(dir);
+  ModelWeights q = load_weights(dir, config, active_isa(), false, true);
+  SafetensorsStore store = SafetensorsStore::open(dir);
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    const TensorInfo& t = store.get("model.layers." + std::to_string(l) + ".self_attn.q_proj.weight");
+    const PackedWeights& w = q.layers[l].qkv;
+    ASSERT_TRUE(w.int4);
+    for (int64_t j = 0; j < t.shape[0]; ++j)
+      for (int64_t i = 0; i < t.shape[1]; ++i) {
+        bf16 v;
+        std::memcpy(&v, t.data + 2 * (j * t.shape[1] + i), 2);
+        const size_t g = int4_group_index(w, j, i / w.group);
+        const float value = w.scales[g] * (float(int4_code(w, j, i)) - float(w.zeros[g]));
+        ASSERT_LE(std::fabs(value - bf16_to_f32(v)), 0.5001f * w.scales[g]) << l << " " << j << " " << i;
+      }
+  }
+}
+
 // --quantize int4 is deterministic and, on the golden feeds, reported against BF16 beside
 // --quantize fp8 (mean KL, top-1 agreement at clear margins, largest |dlogit|). The random tiny
 // models have large weights, so 4 bits move their logits much more than a trained model's; the
