@@ -144,9 +144,9 @@ void int4_decode(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, 
     for (int64_t b = b0; b < b1;) {
       // One row takes 2 blocks at once: 8 independent FMA chains instead of 4, each chain in
       // the same order as alone.
-      const int64_t group = m == 1 && b + 1 < b1 ? 2 : 1;  // blocks at once
+      const int64_t together = m == 1 && b + 1 < b1 ? 2 : 1;  // blocks at once
       const int64_t ldc = k * 16, ldp = w.groups * kInt4Cols;
-      for (int64_t j = 0; j < group; ++j)
+      for (int64_t j = 0; j < together; ++j)
         for (int64_t r = 0; r < m; ++r)
           for (int64_t c = 0; c < kInt4Cols; ++c) {
             const int64_t column = (b + j) * kInt4Cols + c;
@@ -155,20 +155,20 @@ void int4_decode(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, 
       const uint8_t* codes = w.codes.get() + b * ldc;
       for (int64_t g = 0; g < w.groups; ++g) {
         const size_t params = size_t(b * ldp + g * kInt4Cols);
-        if (group == 2)
+        if (together == 2)
           group_tile<1, 2, 2, 0>(xf + g * G, k, codes + g * G * 16, ldc, G, w.scales.get() + params,
                                  w.zeros.get() + params, ldp, out);
         else
           by_rows[m - 1](xf + g * G, k, codes + g * G * 16, G, w.scales.get() + params,
                          w.zeros.get() + params, out);
       }
-      for (int64_t j = 0; j < group; ++j)
+      for (int64_t j = 0; j < together; ++j)
         for (int64_t r = 0; r < m; ++r) {
           const int64_t column = (b + j) * kInt4Cols;
           std::copy_n(out + (j + r) * kInt4Cols, std::min(kInt4Cols, w.n - column),
                       y + r * ldy + column);
         }
-      b += group;
+      b += together;
     }
   });
 }
