@@ -94,7 +94,7 @@ TEST(Int4Config, UnsupportedVariantsNameTheField) {
 
 // The shared 4-bit models: every decoder linear weight INT4, in groups of 32; embeddings and
 // lm_head BF16. (Their goldens run in golden_test.cc.)
-TEST(Int4Load, SharedModelsKeepTheirCodes) {
+TEST(Int4Load, SharedModelsLoadAsInt4) {
   for (const std::string name : {"tiny-qwen3-gptq", "tiny-qwen3-awq"}) {
     const std::string dir = test::shared_dir() + "/models/" + name;
     const ModelConfig config = load_model_config(dir);
