@@ -67,9 +67,26 @@ const PackedWeights& fp8_weights(int64_t n, int64_t k) {
   return *slot;
 }
 
-void BM_matmul(benchmark::State& state, int64_t n, int64_t k, bool fp8) {
+// The same shapes as INT4 weights in groups of 128 (random codes and zero points).
+const PackedWeights& int4_weights(int64_t n, int64_t k) {
+  static std::map<std::pair<int64_t, int64_t>, std::unique_ptr<PackedWeights>> cache;
+  auto& slot = cache[{n, k}];
+  if (!slot) {
+    std::vector<uint8_t> codes(size_t(n * k)), zeros(size_t(n * k / 128));
+    std::mt19937 rng(1);
+    for (auto& c : codes) c = uint8_t(rng() % 16);
+    for (auto& z : zeros) z = uint8_t(rng() % 16);
+    std::vector<float> scales(zeros.size(), 1.0f / 16);
+    slot = std::make_unique<PackedWeights>(
+        pack_int4_weights(codes.data(), scales.data(), zeros.data(), n, k, 128, active_isa()));
+  }
+  return *slot;
+}
+
+void BM_matmul(benchmark::State& state, int64_t n, int64_t k, const std::string& kind) {
   int64_t m = state.range(0);
-  const PackedWeights& w = fp8 ? fp8_weights(n, k) : weights(n, k);
+  const PackedWeights& w = kind == "fp8" ? fp8_weights(n, k) : kind == "int4" ? int4_weights(n, k)
+                                                                               : weights(n, k);
   std::vector<bf16> x(size_t(m * k), f32_to_bf16(0.01f));
   auto y = make_buffer<float>(size_t(m * n));
   double cpu_start = thread_cpu_seconds();
@@ -90,7 +107,7 @@ void BM_matmul(benchmark::State& state, int64_t n, int64_t k, bool fp8) {
         benchmark::Counter(double(w.bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["core_GB/s"] = double(w.bytes) / kThreads / core_seconds * 1e-9;
   }
-  state.SetLabel(std::string(isa_name(w.isa)) + (fp8 ? " fp8" : ""));
+  state.SetLabel(std::string(isa_name(w.isa)) + (kind == "bf16" ? "" : " " + kind));
 }
 
 struct Shape {
@@ -204,9 +221,10 @@ void BM_decode_weight_stream(benchmark::State& state) {
 
 int register_all() {
   for (const Shape& s : kShapes) {
-    for (bool fp8 : {false, true}) {
+    for (const std::string kind : {"bf16", "fp8", "int4"}) {
       auto* b = benchmark::RegisterBenchmark(
-          (std::string(fp8 ? "matmul_fp8/" : "matmul/") + s.name).c_str(), BM_matmul, s.n, s.k, fp8);
+          ((kind == "bf16" ? "matmul/" : "matmul_" + kind + "/") + s.name).c_str(), BM_matmul, s.n,
+          s.k, kind);
       b->ArgName("m")->Arg(1)->Arg(4)->Arg(512)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
     }
   }

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <functional>
 #include <cstdio>
@@ -323,10 +324,12 @@ void print_table(const std::vector<json>& rows, const json& machine) {
   }
 }
 
-// The FP8 rows beside the BF16 rows of the same run: decode tokens/s and bytes per step at batch
-// 1, their ratios (targets: FP8 decode >= 90% of the read bandwidth, its tokens/s ratio >= 90% of
-// the byte ratio), FP8 batch 4 over batch 1 (>= 3x), and prefill at each length (>= 90%).
-void compare_weights(const std::vector<json>& rows, const std::function<void(json)>& emit) {
+// The FP8 or INT4 rows (`quantised`) beside the BF16 rows of the same run: decode tokens/s and
+// bytes per step at batch 1, their ratios (targets: decode >= 90% of the read bandwidth, its
+// tokens/s ratio >= 90% of the byte ratio), batch 4 over batch 1 (>= 3x), and prefill at each
+// length (FP8: >= 90% of BF16).
+void compare_weights(const std::vector<json>& rows, const std::string& quantised,
+                     const std::function<void(json)>& emit) {
   auto find = [&](const std::string& weights, const std::string& kind, const char* key,
                   int64_t value) -> const json* {
     for (const json& r : rows)
@@ -335,41 +338,44 @@ void compare_weights(const std::vector<json>& rows, const std::function<void(jso
         return &r;
     return nullptr;
   };
-  std::printf("\nFP8 beside BF16 (same run, same read probe):\n");
-  const json *bf16_b1 = find("bf16", "decode", "batch", 1), *fp8_b1 = find("fp8", "decode", "batch", 1);
-  if (bf16_b1 && fp8_b1) {
-    const double speed = (*fp8_b1)["tokens_per_s"].get<double>() / (*bf16_b1)["tokens_per_s"].get<double>();
-    const double bytes = (*bf16_b1)["bytes_per_step"].get<double>() / (*fp8_b1)["bytes_per_step"].get<double>();
-    const double fraction = (*fp8_b1)["fraction_of_bandwidth"].get<double>();
-    std::printf("  decode batch 1: BF16 %.1f tok/s (%.0f MB/step, %.1f%% of read), FP8 %.1f tok/s "
+  std::string name = quantised;
+  for (char& c : name) c = char(std::toupper(c));
+  const char* q = name.c_str();
+  std::printf("\n%s beside BF16 (same run, same read probe):\n", q);
+  const json *bf16_b1 = find("bf16", "decode", "batch", 1), *q_b1 = find(quantised, "decode", "batch", 1);
+  if (bf16_b1 && q_b1) {
+    const double speed = (*q_b1)["tokens_per_s"].get<double>() / (*bf16_b1)["tokens_per_s"].get<double>();
+    const double bytes = (*bf16_b1)["bytes_per_step"].get<double>() / (*q_b1)["bytes_per_step"].get<double>();
+    const double fraction = (*q_b1)["fraction_of_bandwidth"].get<double>();
+    std::printf("  decode batch 1: BF16 %.1f tok/s (%.0f MB/step, %.1f%% of read), %s %.1f tok/s "
                 "(%.0f MB/step, %.1f%% of read)\n",
                 (*bf16_b1)["tokens_per_s"].get<double>(), (*bf16_b1)["bytes_per_step"].get<double>() / 1e6,
-                100 * (*bf16_b1)["fraction_of_bandwidth"].get<double>(),
-                (*fp8_b1)["tokens_per_s"].get<double>(), (*fp8_b1)["bytes_per_step"].get<double>() / 1e6,
+                100 * (*bf16_b1)["fraction_of_bandwidth"].get<double>(), q,
+                (*q_b1)["tokens_per_s"].get<double>(), (*q_b1)["bytes_per_step"].get<double>() / 1e6,
                 100 * fraction);
-    std::printf("  tokens/s ratio FP8/BF16 %.2f, byte ratio BF16/FP8 %.2f: %.1f%% of the byte ratio "
-                "(target >= 90%%); FP8 at %.1f%% of read bandwidth (target >= 90%%)\n",
-                speed, bytes, 100 * speed / bytes, 100 * fraction);
-    emit({{"kind", "fp8_vs_bf16_decode"}, {"tokens_per_s_ratio", speed}, {"byte_ratio", bytes},
-          {"speed_over_byte_ratio", speed / bytes}, {"fp8_fraction_of_bandwidth", fraction}});
+    std::printf("  tokens/s ratio %s/BF16 %.2f, byte ratio BF16/%s %.2f: %.1f%% of the byte ratio "
+                "(target >= 90%%); %s at %.1f%% of read bandwidth (target >= 90%%)\n",
+                q, speed, q, bytes, 100 * speed / bytes, q, 100 * fraction);
+    emit({{"kind", quantised + "_vs_bf16_decode"}, {"tokens_per_s_ratio", speed}, {"byte_ratio", bytes},
+          {"speed_over_byte_ratio", speed / bytes}, {quantised + "_fraction_of_bandwidth", fraction}});
   }
-  for (const char* weights : {"bf16", "fp8"}) {
+  for (const std::string& weights : {std::string("bf16"), quantised}) {
     const json *b1 = find(weights, "decode", "batch", 1), *b4 = find(weights, "decode", "batch", 4);
     if (!b1 || !b4) continue;
     const double ratio = (*b4)["tokens_per_s"].get<double>() / (*b1)["tokens_per_s"].get<double>();
-    std::printf("  %s decode batch 4 / batch 1: %.2fx (target >= 3x)\n", weights, ratio);
+    std::printf("  %s decode batch 4 / batch 1: %.2fx (target >= 3x)\n", weights.c_str(), ratio);
     emit({{"kind", "batch4_over_batch1"}, {"weights", weights}, {"ratio", ratio}});
   }
   for (const json& r : rows) {
     if (r["kind"] != "prefill" || r.value("weights", "") != "bf16") continue;
     const int64_t tokens = r["tokens"];
-    const json* fp8 = find("fp8", "prefill", "tokens", tokens);
-    if (!fp8) continue;
-    const double ratio = (*fp8)["tokens_per_s"].get<double>() / r["tokens_per_s"].get<double>();
-    std::printf("  prefill %lld: BF16 %.1f tok/s, FP8 %.1f tok/s: %.1f%% (target >= 90%%)\n",
-                (long long)tokens, r["tokens_per_s"].get<double>(),
-                (*fp8)["tokens_per_s"].get<double>(), 100 * ratio);
-    emit({{"kind", "fp8_vs_bf16_prefill"}, {"tokens", tokens}, {"ratio", ratio}});
+    const json* other = find(quantised, "prefill", "tokens", tokens);
+    if (!other) continue;
+    const double ratio = (*other)["tokens_per_s"].get<double>() / r["tokens_per_s"].get<double>();
+    std::printf("  prefill %lld: BF16 %.1f tok/s, %s %.1f tok/s: %.1f%%%s\n", (long long)tokens,
+                r["tokens_per_s"].get<double>(), q, (*other)["tokens_per_s"].get<double>(),
+                100 * ratio, quantised == "fp8" ? " (target >= 90%)" : "");
+    emit({{"kind", quantised + "_vs_bf16_prefill"}, {"tokens", tokens}, {"ratio", ratio}});
   }
 }
 
@@ -435,15 +441,21 @@ int cmd_bench(int argc, char** argv) {
     std::fflush(stdout);
     rows.push_back(std::move(row));
   };
-  // With --quantize fp8 the whole run twice, the checkpoint as stored (BF16) and then quantised,
-  // one model at a time: the same shape, machine and probe, for the comparison at the end.
-  std::vector<bool> quantize_runs = {false};
-  if (quantize_fp8_requested(app)) quantize_runs.push_back(true);
-  for (bool quantize : quantize_runs) {
-    limits.quantize_fp8 = quantize;
+  // With --quantize fp8 or int4 the whole run twice, the checkpoint as stored (BF16) and then
+  // quantised, one model at a time: the same shape, machine and probe, for the comparison at the
+  // end.
+  std::vector<std::string> quantize_runs = {"none"};
+  if (quantize_fp8_requested(app)) quantize_runs.push_back("fp8");
+  if (quantize_int4_requested(app)) quantize_runs.push_back("int4");
+  for (const std::string& quantize : quantize_runs) {
+    limits.quantize_fp8 = quantize == "fp8";
+    limits.quantize_int4 = quantize == "int4";
     auto model = Model::load(model_path, limits);
-    const std::string weights =
-        quantize || model->config().quant_method == "fp8" ? "fp8" : "bf16";
+    const std::string& method = model->config().quant_method;
+    const std::string weights = quantize != "none" ? quantize
+                                : method == "fp8"   ? "fp8"
+                                : method == "gptq" || method == "awq" ? "int4"
+                                                                      : "bf16";
     PassTotals totals;
     model->set_profile_sink(&totals);
 
@@ -492,7 +504,7 @@ int cmd_bench(int argc, char** argv) {
     }
   }
   print_table(rows, machine);
-  if (quantize_runs.size() == 2) compare_weights(rows, emit);
+  if (quantize_runs.size() == 2) compare_weights(rows, quantize_runs[1], emit);
   if (!json_path.empty()) {
     FILE* f = std::fopen(json_path.c_str(), "w");
     if (!f) fail(json_path, "cannot write");

@@ -110,16 +110,24 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 void add_quantize_option(CLI::App& app) {
-  app.add_option("--quantize", "weights: none (as stored) or fp8 (BF16 linear weights converted "
-                               "to FP8 E4M3 per 128x128 block at load)")
-      ->check(CLI::IsMember({"none", "fp8"}))
+  app.add_option("--quantize", "weights: none (as stored), fp8 (BF16 linear weights converted "
+                               "to FP8 E4M3 per 128x128 block at load) or int4 (BF16 or FP8 "
+                               "linear weights to 4 bits per group of 128 inputs at load)")
+      ->check(CLI::IsMember({"none", "fp8", "int4"}))
       ->default_str("none");
 }
 
-bool quantize_fp8_requested(const CLI::App& app) {
+namespace {
+
+bool quantize_requested(const CLI::App& app, const char* kind) {
   const CLI::Option* option = app.get_option("--quantize");
-  return option->count() > 0 && option->as<std::string>() == "fp8";
+  return option->count() > 0 && option->as<std::string>() == kind;
 }
+
+}  // namespace
+
+bool quantize_fp8_requested(const CLI::App& app) { return quantize_requested(app, "fp8"); }
+bool quantize_int4_requested(const CLI::App& app) { return quantize_requested(app, "int4"); }
 
 int cmd_make_model(int argc, char** argv) {
   CLI::App app{"Write a random-weight Qwen3 model in Hugging Face layout", "make-model"};
@@ -130,9 +138,10 @@ int cmd_make_model(int argc, char** argv) {
   app.add_option("--layers", o.layers, "number of layers (default: the preset's)");
   app.add_option("--seed", o.seed, "random seed");
   app.add_option("--shards", o.shards, "split the weights over this many safetensors files");
-  app.add_option("--dtype", o.dtype, "bf16, or fp8: decoder linear weights as F8_E4M3 with a "
-                                     "factor per 128x128 block, as Qwen's FP8 checkpoints")
-      ->check(CLI::IsMember({"bf16", "fp8"}));
+  app.add_option("--dtype", o.dtype, "bf16; fp8: decoder linear weights as F8_E4M3 with a "
+                                     "factor per 128x128 block, as Qwen's FP8 checkpoints; gptq, "
+                                     "awq: as 4-bit modules in those layouts")
+      ->check(CLI::IsMember({"bf16", "fp8", "gptq", "awq"}));
   app.add_option("--out", o.out_dir, "output folder")->required();
   app.add_option("--tokenizer-from", o.tokenizer_dir,
                  "folder with tokenizer.json, tokenizer_config.json, chat_template.jinja "
@@ -159,6 +168,7 @@ int cmd_logits(int argc, char** argv) {
   add_quantize_option(app);
   if (int code = parse(app, argc, argv); code >= 0) return code;
   limits.quantize_fp8 = quantize_fp8_requested(app);
+  limits.quantize_int4 = quantize_int4_requested(app);
 
   std::vector<std::vector<int32_t>> feeds = read_feeds(feeds_path);
   std::vector<int32_t> all;
@@ -212,6 +222,7 @@ int cmd_generate(int argc, char** argv) {
   add_quantize_option(app);
   if (int code = parse(app, argc, argv); code >= 0) return code;
   limits.quantize_fp8 = quantize_fp8_requested(app);
+  limits.quantize_int4 = quantize_int4_requested(app);
 
   std::vector<int32_t> prompt;
   std::stringstream ss(prompt_text);

@@ -194,6 +194,7 @@ int cmd_serve(int argc, char** argv) {
   limits.threads = threads;
   limits.kv_memory_bytes = parse_byte_size(kv_memory, "serve --kv-memory");
   limits.quantize_fp8 = quantize_fp8_requested(app);
+  limits.quantize_int4 = quantize_int4_requested(app);
 
   Server::check_address(host, port);
   auto tokenizer = Tokenizer::load(model_path);

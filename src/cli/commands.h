@@ -9,10 +9,11 @@ class App;
 
 namespace ellm {
 
-// --quantize none|fp8 (serve, bench, logits, generate; cmd_model.cc): BF16 linear weights to FP8
-// at load. quantize_fp8_requested(app) after parsing: whether fp8 was asked for.
+// --quantize none|fp8|int4 (serve, bench, logits, generate; cmd_model.cc): BF16 linear weights
+// to FP8 or INT4 at load. quantize_fp8_requested(app) after parsing: whether fp8 was asked for.
 void add_quantize_option(CLI::App& app);
 bool quantize_fp8_requested(const CLI::App& app);
+bool quantize_int4_requested(const CLI::App& app);
 
 int cmd_make_model(int argc, char** argv);  // cmd_model.cc
 int cmd_logits(int argc, char** argv);      // cmd_model.cc

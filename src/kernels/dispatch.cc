@@ -25,7 +25,7 @@ std::array<KernelTable, 4> complete_tables() {
     inherit(t[i], t[i - 1], &KernelTable::convert_f32_to_bf16, &KernelTable::convert_bf16_to_f32,
             &KernelTable::convert_f32_to_f16, &KernelTable::rmsnorm, &KernelTable::norm_rope,
             &KernelTable::silu_mul, &KernelTable::pack_weights, &KernelTable::matmul,
-            &KernelTable::matmul_fp8,
+            &KernelTable::matmul_fp8, &KernelTable::matmul_int4,
             &KernelTable::attention_tile_rows, &KernelTable::attention_block,
             &KernelTable::attention_scratch_floats, &KernelTable::all_heads_supports,
             &KernelTable::attention_block_all_heads);
@@ -111,6 +111,41 @@ PackedWeights pack_fp8_weights(const uint8_t* codes, const float* block_scales, 
   return w;
 }
 
+PackedWeights make_int4_weights(int64_t n, int64_t k, int64_t group, Isa isa) {
+  if (n <= 0 || k <= 0)
+    fail("pack_weights", "empty weight matrix " + std::to_string(n) + "x" + std::to_string(k));
+  if (group <= 0 || k % group)
+    fail("pack_weights", "INT4 group of " + std::to_string(group) + " inputs does not divide " +
+                             std::to_string(k));
+  PackedWeights w;
+  w.n = n;
+  w.k = k;
+  w.isa = isa;
+  w.int4 = true;
+  w.group = group;
+  w.groups = k / group;
+  const int64_t blocks = (n + kInt4Cols - 1) / kInt4Cols;
+  const size_t codes = size_t(blocks * k * kInt4Cols / 2), params = size_t(blocks * w.groups * kInt4Cols);
+  w.codes = make_buffer<uint8_t>(codes);
+  w.scales = make_buffer<float>(params);
+  w.zeros = make_buffer<uint8_t>(params);
+  w.bytes = codes + params * (sizeof(float) + 1);
+  return w;
+}
+
+PackedWeights pack_int4_weights(const uint8_t* codes, const float* scales, const uint8_t* zeros,
+                                int64_t n, int64_t k, int64_t group, Isa isa) {
+  PackedWeights w = make_int4_weights(n, k, group, isa);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t kk = 0; kk < k; ++kk) set_int4_code(w, j, kk, codes[j * k + kk]);
+    for (int64_t g = 0; g < w.groups; ++g) {
+      w.scales[int4_group_index(w, j, g)] = scales[j * w.groups + g];
+      w.zeros[int4_group_index(w, j, g)] = zeros[j * w.groups + g];
+    }
+  }
+  return w;
+}
+
 void* thread_scratch(int slot, size_t bytes) {
   struct Scratch {
     Buffer<uint8_t> data;
@@ -130,7 +165,7 @@ void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float
             bool accumulate, int member, int n_members, std::atomic<int64_t>* pool) {
   if (m <= 0) return;
   const KernelTable& t = kernel_table(w.isa);
-  (w.fp8 ? t.matmul_fp8 : t.matmul)(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool);
+  (w.int4 ? t.matmul_int4 : w.fp8 ? t.matmul_fp8 : t.matmul)(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool);
 }
 
 }  // namespace ellm

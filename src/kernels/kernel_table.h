@@ -86,6 +86,8 @@ struct KernelTable {
   // FP8 weights, any number of rows, each row with the same arithmetic whatever the count:
   // per 128 k a partial product of the codes' exact values, times the block's factor in FP32.
   MatmulFn* matmul_fp8;
+  // INT4 weights, every m (kernels.h; null: the tier below's).
+  MatmulFn* matmul_int4;
   // Attention: query rows (query x head) per prefill work item, and the block kernel with its
   // scratch size for up to `rows` rows (acc must have room for rows rounded up to 16).
   int64_t attention_tile_rows;

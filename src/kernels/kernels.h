@@ -139,6 +139,15 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t count);
 // block of the checkpoint's scales, so each block has one factor per 128 k.
 constexpr int64_t kFp8Cols = 32, kFp8BlockK = 128;
 
+// INT4 (int4 == true): 4-bit codes q with a factor and a zero point per output column and group
+// of `group` inputs (group divides k), in one layout for every tier, columns in blocks of 32:
+//   codes[(b * k + kk) * 16 + c % 16] = q of W[b * 32 + c][kk], column c < 16 in the low nibble,
+//                                       c + 16 in the high one                  (missing columns 0)
+//   scales[(b * groups + g) * 32 + c], zeros[...] likewise: column b * 32 + c, inputs of group g
+// W[j][kk] = scale * (q - zero), q in [0, 15], zero in [0, 16] (16: a GPTQ v1 file's stored 15). With `k_order` (GPTQ act-order), packed
+// input kk is input k_order[kk] of x: the loader sorted the inputs by group.
+constexpr int64_t kInt4Cols = 32;
+
 struct PackedWeights {
   int64_t n = 0, k = 0;
   Isa isa = Isa::scalar;
@@ -148,6 +157,10 @@ struct PackedWeights {
   Buffer<uint8_t> codes;
   Buffer<float> scales;
   int64_t k_blocks = 0;  // ceil(k / 128)
+  bool int4 = false;
+  int64_t group = 0, groups = 0;  // INT4: inputs per factor, k / group
+  Buffer<uint8_t> zeros;
+  Buffer<int32_t> k_order;  // INT4: empty when the inputs are in order
 };
 
 PackedWeights pack_weights(const bf16* w, int64_t n, int64_t k, Isa isa);
@@ -165,6 +178,25 @@ inline size_t fp8_scale_index(const PackedWeights& w, int64_t j, int64_t kb) {
   return size_t((j / kFp8Cols) * w.k_blocks + kb);
 }
 
+// An empty INT4 matrix of n x k in groups of `group` inputs (codes, factors and zeros zeroed),
+// to be filled through the helpers below, e.g. by the loader straight from a GPTQ/AWQ checkpoint.
+PackedWeights make_int4_weights(int64_t n, int64_t k, int64_t group, Isa isa);
+// The same from codes [n][k] (one per byte), factors and zeros [n][k / group].
+PackedWeights pack_int4_weights(const uint8_t* codes, const float* scales, const uint8_t* zeros,
+                                int64_t n, int64_t k, int64_t group, Isa isa);
+inline void set_int4_code(PackedWeights& w, int64_t j, int64_t kk, uint8_t q) {
+  uint8_t& byte = w.codes[size_t(((j / kInt4Cols) * w.k + kk) * 16 + j % 16)];
+  const int shift = j % kInt4Cols < 16 ? 0 : 4;
+  byte = uint8_t((byte & ~(15 << shift)) | ((q & 15) << shift));
+}
+inline uint8_t int4_code(const PackedWeights& w, int64_t j, int64_t kk) {
+  const uint8_t byte = w.codes[size_t(((j / kInt4Cols) * w.k + kk) * 16 + j % 16)];
+  return j % kInt4Cols < 16 ? byte & 15 : byte >> 4;
+}
+inline size_t int4_group_index(const PackedWeights& w, int64_t j, int64_t g) {  // scales, zeros
+  return size_t(((j / kInt4Cols) * w.groups + g) * kInt4Cols + j % kInt4Cols);
+}
+
 // y[i][j] = sum_k x[i][k] * W[j][k]  (or += when accumulate), i < m, j < W.n.
 // x: [m][k] BF16, row stride ldx; y: [m][n] FP32, row stride ldy. The member computes its share
 // of the output; all members together cover y. With a `pool` (zeroed before the members start),
@@ -178,6 +210,13 @@ inline size_t fp8_scale_index(const PackedWeights& w, int64_t j, int64_t kb) {
 // times its factor as decode does, so a row's result is the same bits in any pass, on every tier
 // (AVX2: FP32 FMA chains; AVX-512: vdpbf16ps; AMX: the AVX-512 FP8 product). The scalar twin
 // computes every row the decode way.
+//
+// INT4 weights: per row, column and group, one FMA chain in k order from zero over x (BF16,
+// gathered by k_order) times q - zero (exact small integers), then y = partial * factor + y:
+// every product is exact, so every tier gives the same bits, in any pass. Decode-sized products
+// widen the codes in registers; larger ones (AVX2) convert a panel of columns at a time to the
+// BF16 layout of the tier's BF16 product (the values q - zero, exactly) and run its tiles over
+// each group. The AVX-512 and AMX tiers run the AVX2 kernels.
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
             bool accumulate, int member, int n_members, std::atomic<int64_t>* pool = nullptr);
 

@@ -12,7 +12,8 @@
 namespace ellm::simd {
 
 template <class V>
-constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul, MatmulFn* matmul_fp8) {
+constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul, MatmulFn* matmul_fp8,
+                                   MatmulFn* matmul_int4 = nullptr) {
   return {
       .convert_f32_to_bf16 = convert_f32_to_bf16<V>,
       .convert_bf16_to_f32 = convert_bf16_to_f32<V>,
@@ -23,6 +24,7 @@ constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul
       .pack_weights = pack_weights,
       .matmul = matmul,
       .matmul_fp8 = matmul_fp8,
+      .matmul_int4 = matmul_int4,
       .attention_tile_rows = 32,
       .attention_block = attention_block<V>,
       .attention_scratch_floats = default_attention_scratch_floats,

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "model/int4_config.h"
 
 namespace ellm {
 namespace {
@@ -42,7 +43,8 @@ void require_positive(const std::string& where, const char* key, int64_t v) {
   if (v <= 0) fail(where, std::string("field '") + key + "' must be positive, got " + std::to_string(v));
 }
 
-// quantization_config: only Qwen's FP8 scheme (E4M3, 128x128 blocks, dynamic activations).
+// quantization_config: Qwen's FP8 scheme (E4M3, 128x128 blocks, dynamic activations), or GPTQ and
+// AWQ 4-bit (int4_config.cc).
 void parse_quantization(const json& j, const std::string& where, ModelConfig& c) {
   auto q = j.find("quantization_config");
   if (q == j.end() || q->is_null()) return;
@@ -58,7 +60,14 @@ void parse_quantization(const json& j, const std::string& where, ModelConfig& c)
       fail(where, std::string("quantization_config.") + key + " '" + value +
                       "' is not supported (only \"" + expected + "\")");
   };
-  text("quant_method", "fp8", true);
+  auto method = q->find("quant_method");
+  if (method == q->end() || method->is_null())
+    fail(where, "quantization_config has no 'quant_method'");
+  if (*method == "gptq" || *method == "awq") return parse_int4_quantization(*q, where, c);
+  if (*method != "fp8")
+    fail(where, "quantization_config.quant_method '" +
+                    (method->is_string() ? method->get<std::string>() : method->dump()) +
+                    "' is not supported (only \"fp8\", \"gptq\" or \"awq\")");
   text("fmt", "e4m3", false);
   text("activation_scheme", "dynamic", false);
   auto block = q->find("weight_block_size");
@@ -215,6 +224,15 @@ std::string model_config_json(const ModelConfig& c, int32_t bos_token_id, int32_
                                 {"fmt", "e4m3"},
                                 {"activation_scheme", "dynamic"},
                                 {"weight_block_size", {128, 128}}};
+  if (c.quant_method == "gptq")
+    j["quantization_config"] = {{"quant_method", "gptq"}, {"checkpoint_format", c.int4.format},
+                                {"bits", 4},           {"group_size", c.int4.group_size},
+                                {"desc_act", false},   {"sym", true},
+                                {"lm_head", false}};
+  if (c.quant_method == "awq")
+    j["quantization_config"] = {{"quant_method", "awq"}, {"version", "gemm"},
+                                {"zero_point", true},  {"group_size", c.int4.group_size},
+                                {"bits", 4},           {"modules_to_not_convert", nullptr}};
   return j.dump(2) + "\n";
 }
 

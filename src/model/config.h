@@ -6,6 +6,12 @@
 
 namespace ellm {
 
+// 4-bit checkpoints (quantization_config, int4_config.cc): which layout the tensors use.
+struct Int4Quantization {
+  std::string format;       // "gptq" (zero points stored minus 1), "gptq_v2" or "awq"; "" if none
+  int64_t group_size = 0;   // inputs per factor; -1 (GPTQ): one group over all inputs
+};
+
 struct ModelConfig {
   std::string architecture;  // Qwen3ForCausalLM or Qwen3MoeForCausalLM
   int64_t vocab_size = 0;
@@ -27,9 +33,10 @@ struct ModelConfig {
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
   // quantization_config.quant_method: "fp8" (E4M3 linear weights, one factor per 128x128 block,
-  // dynamic activations: Qwen's FP8 checkpoints) or "" (none). The loader goes by each tensor's
-  // own dtype either way.
+  // dynamic activations: Qwen's FP8 checkpoints), "gptq" or "awq" (4-bit, `int4`) or "" (none).
+  // The loader goes by each tensor's own dtype (or a module's .qweight) either way.
   std::string quant_method;
+  Int4Quantization int4;
 
   bool is_moe_layer(int64_t layer) const;
   bool is_moe() const { return num_experts > 0; }

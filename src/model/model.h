@@ -34,6 +34,7 @@ struct ServingLimits {
   int threads = 0;                 // 0 = one per physical core
   size_t kv_memory_bytes = 0;      // committed-KV budget; 0 = what RAM allows after the weights
   bool quantize_fp8 = false;       // --quantize fp8: BF16 linear weights to FP8 at load
+  bool quantize_int4 = false;      // --quantize int4: BF16 or FP8 linear weights to INT4 at load
 };
 
 // One token of a pass. Tokens of the same slot appear in order with consecutive positions;

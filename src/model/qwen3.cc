@@ -36,8 +36,10 @@ Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
       max_tokens_(limits_.chunk_size + limits_.batch_size),
       team_(limits_.threads) {
   auto start = std::chrono::steady_clock::now();
-  weights_ = load_weights(model_dir, config_, active_isa(), limits_.quantize_fp8);
-  fingerprint_ = model_fingerprint(model_dir) ^ (limits_.quantize_fp8 ? 0xf8f8f8f8f8f8f8f8ull : 0);
+  weights_ = load_weights(model_dir, config_, active_isa(), limits_.quantize_fp8,
+                          limits_.quantize_int4);
+  fingerprint_ = model_fingerprint(model_dir) ^ (limits_.quantize_fp8 ? 0xf8f8f8f8f8f8f8f8ull : 0) ^
+                 (limits_.quantize_int4 ? 0x4444444444444444ull : 0);
   kv_ = KvCache(config_.num_hidden_layers, limits_.batch_size, config_.num_key_value_heads,
                 limits_.sequence_length, config_.head_dim);
 

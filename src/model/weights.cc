@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "model/int4_weights.h"
 
 namespace ellm {
 namespace {
@@ -38,9 +39,9 @@ std::string scale_name(const std::string& weight) { return weight + "_scale_inv"
 class Loader {
  public:
   Loader(const SafetensorsStore& store, const ModelConfig& config, Isa isa, size_t n_tensors,
-         bool quantize_fp8)
-      : store_(store), isa_(isa), quantize_fp8_(quantize_fp8),
-        progress_("loading weights", n_tensors) {}
+         bool quantize_fp8, bool quantize_int4)
+      : store_(store), isa_(isa), quantize_fp8_(quantize_fp8), quantize_int4_(quantize_int4),
+        int4_(config.int4), progress_("loading weights", n_tensors) {}
 
   // The tensor `name`, checked to have exactly `shape` and a float dtype (F8_E4M3 only where
   // allow_fp8: linear weights).
@@ -82,11 +83,14 @@ class Loader {
     return out;
   }
 
-  // Packs the row-wise concatenation of tensors names[i] ([rows[i]][k] each) as one matrix: FP8
-  // when every part is FP8 in the file, or when quantising (`quantizable`: a decoder layer's
-  // weight) and no part is FP8 with rows that do not fit; else BF16.
+  // Packs the row-wise concatenation of tensors names[i] ([rows[i]][k] each) as one matrix: as
+  // packed_int4 when a part is a 4-bit module; INT4 when quantising to INT4 (`quantizable`: a
+  // decoder layer's weight); FP8 when every part is FP8 in the file, or when quantising to FP8
+  // and no part is FP8 with rows that do not fit; else BF16.
   PackedWeights packed(const std::vector<std::string>& names, const std::vector<int64_t>& rows,
                        int64_t k, bool quantizable = true) {
+    for (const std::string& name : names)
+      if (is_int4_module(store_, module_of(name))) return packed_int4(names, rows, k);
     std::vector<const TensorInfo*> parts;
     int64_t n = 0;
     bool all_fp8 = true;
@@ -96,7 +100,15 @@ class Loader {
       n += rows[i];
     }
     PackedWeights w;
-    if (all_fp8 || (quantize_fp8_ && quantizable)) {
+    if (quantize_int4_ && quantizable) {
+      w = make_int4_weights(n, k, int4_quantise_group(k), isa_);
+      int64_t row0 = 0;
+      for (const TensorInfo* t : parts) {
+        quantise_int4(*t, row0, w);
+        row0 += t->shape[0];
+      }
+      int4_bytes_ += w.bytes;
+    } else if (all_fp8 || (quantize_fp8_ && quantizable)) {
       w = make_fp8_weights(n, k, isa_);
       int64_t row0 = 0;
       for (const TensorInfo* t : parts) {
@@ -116,19 +128,8 @@ class Loader {
       scratch_.resize(size_t(n * k));
       bf16* out = scratch_.data();
       for (const TensorInfo* t : parts) {
-        int64_t count = t->elements();
-        if (t->dtype == Dtype::bf16) {
-          std::memcpy(out, t->data, size_t(count) * 2);
-        } else if (t->dtype == Dtype::f8_e4m3) {  // beside BF16 parts: dequantised
-          std::vector<float> factors = fp8_factors(*t);
-          const int64_t k_blocks = (k + kFp8BlockK - 1) / kFp8BlockK;
-          for (int64_t i = 0; i < count; ++i)
-            out[i] = f32_to_bf16(fp8_e4m3_to_f32(t->data[i]) *
-                                 factors[(i / k / kFp8BlockK) * k_blocks + i % k / kFp8BlockK]);
-        } else {
-          for (int64_t i = 0; i < count; ++i) out[i] = f32_to_bf16(element_f32(*t, i));
-        }
-        out += count;
+        to_bf16(*t, out);
+        out += t->elements();
       }
       w = pack_weights(scratch_.data(), n, k, isa_);
     }
@@ -153,9 +154,100 @@ class Loader {
 
   size_t bytes() const { return bytes_; }
   size_t fp8_bytes() const { return fp8_bytes_; }
+  size_t int4_bytes() const { return int4_bytes_; }
   void finish(const std::string& summary) { progress_.finish(summary); }
 
  private:
+  static std::string module_of(const std::string& weight) {
+    const std::string suffix = ".weight";
+    return weight.size() > suffix.size() &&
+                   weight.compare(weight.size() - suffix.size(), suffix.size(), suffix) == 0
+               ? weight.substr(0, weight.size() - suffix.size())
+               : weight;
+  }
+
+  // A fused group with 4-bit parts (GPTQ, AWQ): INT4 when every part is 4-bit, else all parts
+  // as BF16 (the 4-bit ones dequantised). A 4-bit module counts as one tensor in the progress.
+  PackedWeights packed_int4(const std::vector<std::string>& names, const std::vector<int64_t>& rows,
+                            int64_t k) {
+    int64_t n = 0;
+    bool all_int4 = true;
+    for (size_t i = 0; i < names.size(); ++i) {
+      all_int4 = all_int4 && is_int4_module(store_, module_of(names[i]));
+      n += rows[i];
+    }
+    PackedWeights w;
+    if (all_int4) {
+      w = make_int4_weights(n, k, int4_module_group(store_, int4_, module_of(names[0]), rows[0], k),
+                            isa_);
+      int64_t row0 = 0;
+      for (size_t i = 0; i < names.size(); ++i) {
+        read_int4_module(store_, int4_, module_of(names[i]), rows[i], row0, w);
+        row0 += rows[i];
+        progress_.update(++loaded_);
+      }
+      int4_bytes_ += w.bytes;
+    } else {
+      scratch_.resize(size_t(n * k));
+      bf16* out = scratch_.data();
+      for (size_t i = 0; i < names.size(); ++i) {
+        if (is_int4_module(store_, module_of(names[i]))) {
+          dequantise_int4_module(store_, int4_, module_of(names[i]), rows[i], k, out);
+          progress_.update(++loaded_);
+        } else {
+          const TensorInfo& t = tensor(names[i], {rows[i], k}, /*allow_fp8=*/true);
+          to_bf16(t, out);
+          done(t);
+        }
+        out += rows[i] * k;
+      }
+      w = pack_weights(scratch_.data(), n, k, isa_);
+    }
+    bytes_ += w.bytes;
+    return w;
+  }
+
+  // Weight t as BF16 values (FP8: code x factor, rounded).
+  void to_bf16(const TensorInfo& t, bf16* out) {
+    const int64_t count = t.elements(), k = t.shape[1];
+    if (t.dtype == Dtype::bf16) {
+      std::memcpy(out, t.data, size_t(count) * 2);
+    } else if (t.dtype == Dtype::f8_e4m3) {
+      std::vector<float> factors = fp8_factors(t);
+      const int64_t k_blocks = (k + kFp8BlockK - 1) / kFp8BlockK;
+      for (int64_t i = 0; i < count; ++i)
+        out[i] = f32_to_bf16(fp8_e4m3_to_f32(t.data[i]) *
+                             factors[(i / k / kFp8BlockK) * k_blocks + i % k / kFp8BlockK]);
+    } else {
+      for (int64_t i = 0; i < count; ++i) out[i] = f32_to_bf16(element_f32(t, i));
+    }
+  }
+
+  // Weight t (any float dtype, FP8 as code x factor) quantised to 4 bits (quantise_int4_rows) as
+  // rows [row0, row0 + rows) of w, 32 rows at a time.
+  void quantise_int4(const TensorInfo& t, int64_t row0, PackedWeights& w) {
+    const int64_t rows = t.shape[0], k = w.k, step = 32;
+    std::vector<float> factors;
+    if (t.dtype == Dtype::f8_e4m3) factors = fp8_factors(t);
+    const int64_t k_blocks = (k + kFp8BlockK - 1) / kFp8BlockK;
+    std::vector<float> values(size_t(step * k));
+    for (int64_t r0 = 0; r0 < rows; r0 += step) {
+      const int64_t count = std::min(step, rows - r0);
+      for (int64_t i = 0; i < count * k; ++i) {
+        const int64_t e = r0 * k + i;
+        values[i] = factors.empty()
+                        ? element_f32(t, e)
+                        : fp8_e4m3_to_f32(t.data[e]) *
+                              factors[(e / k / kFp8BlockK) * k_blocks + e % k / kFp8BlockK];
+        if (!std::isfinite(values[i]))
+          fail(t.file->path(), "tensor '" + t.name + "' holds a non-finite value at [" +
+                                   std::to_string(e / k) + ", " + std::to_string(e % k) +
+                                   "]: cannot quantise it");
+      }
+      quantise_int4_rows(values.data(), count, row0 + r0, w);
+    }
+  }
+
   // The checked factors of FP8 weight t, [ceil(rows / 128)][ceil(k / 128)].
   std::vector<float> fp8_factors(const TensorInfo& t) {
     const std::string& file = t.file->path();
@@ -235,23 +327,24 @@ class Loader {
 
   const SafetensorsStore& store_;
   Isa isa_;
-  bool quantize_fp8_;
+  bool quantize_fp8_, quantize_int4_;
+  Int4Quantization int4_;
   Progress progress_;
   size_t loaded_ = 0;
-  size_t bytes_ = 0, fp8_bytes_ = 0;
+  size_t bytes_ = 0, fp8_bytes_ = 0, int4_bytes_ = 0;
   std::vector<bf16> scratch_;
 };
 
 }  // namespace
 
 ModelWeights load_weights(const std::string& model_dir, const ModelConfig& c, Isa isa,
-                          bool quantize_fp8) {
+                          bool quantize_fp8, bool quantize_int4) {
   ModelWeights m;
   m.store = SafetensorsStore::open(model_dir);
   size_t expected = 3;  // embedding, final norm, lm_head (or the embedding packed again)
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     expected += 8 + (c.is_moe_layer(l) ? 1 + 3 * c.num_experts : 3);
-  Loader load(m.store, c, isa, expected, quantize_fp8);
+  Loader load(m.store, c, isa, expected, quantize_fp8, quantize_int4);
 
   const int64_t H = c.hidden_size, V = c.vocab_size, Q = c.q_dim(), KV = c.kv_dim();
   load.embedding(m, "model.embed_tokens.weight", V, H);
@@ -295,10 +388,14 @@ ModelWeights load_weights(const std::string& model_dir, const ModelConfig& c, Is
   }
   m.bytes = load.bytes();
   m.fp8_bytes = load.fp8_bytes();
+  m.int4_bytes = load.int4_bytes();
   std::string summary = std::to_string(m.bytes >> 20) + " MiB";
   if (m.fp8_bytes)
     summary += " (FP8 " + std::to_string(m.fp8_bytes >> 20) + " MiB" +
                (quantize_fp8 ? ", quantised at load)" : ")");
+  if (m.int4_bytes)
+    summary += " (INT4 " + std::to_string(m.int4_bytes >> 20) + " MiB" +
+               (quantize_int4 ? ", quantised at load)" : ")");
   load.finish(summary);
   return m;
 }

@@ -43,6 +43,7 @@ struct ModelWeights {
   size_t bytes = 0;         // packed matrices + embedding + norms
   size_t expert_bytes = 0;  // all experts of all layers (part of bytes)
   size_t fp8_bytes = 0;     // the FP8 matrices' codes and factors (part of bytes)
+  size_t int4_bytes = 0;    // the INT4 matrices' codes, factors and zeros (part of bytes)
 };
 
 // The FP8 quantisation rule of quantize_fp8 and `make-model --dtype fp8`: a 128x128 block's
@@ -58,7 +59,9 @@ inline uint8_t fp8_quantise(float value, float factor) { return f32_to_fp8_e4m3(
 // layers' other linear weights are converted to FP8 too (per 128x128 block of each tensor:
 // factor = max |w| / 448, codes rounded to nearest even), one tensor at a time, so the BF16
 // copy is never held whole. Embeddings, lm_head, norms and the router stay as they are.
+// A module stored 4-bit (GPTQ, AWQ: <module>.qweight) stays INT4 (int4_weights.h); with
+// quantize_int4 the decoder layers' other linear weights are quantised to INT4 (groups of 128).
 ModelWeights load_weights(const std::string& model_dir, const ModelConfig& config, Isa isa,
-                          bool quantize_fp8 = false);
+                          bool quantize_fp8 = false, bool quantize_int4 = false);
 
 }  // namespace ellm

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,7 @@
 #include "base/log.h"
 #include "kernels/kernels.h"
 #include "model/weights.h"
+#include "tools/int4_checkpoint.h"
 
 namespace ellm {
 namespace {
@@ -94,6 +96,43 @@ std::vector<TensorSpec> fp8_tensors(const std::vector<TensorSpec>& specs) {
   return out;
 }
 
+// The 4-bit checkpoint's tensors for `specs`: each decoder layer's linear weight as a GPTQ or AWQ
+// module (int4_checkpoint.h).
+std::vector<TensorSpec> int4_tensors(const std::vector<TensorSpec>& specs, const std::string& format,
+                                     int64_t group) {
+  std::vector<TensorSpec> out;
+  for (const TensorSpec& s : specs) {
+    if (!is_fp8_linear(s.name)) {
+      out.push_back(s);
+      continue;
+    }
+    for (TensorSpec& t : int4_module_tensors(s, format, group)) out.push_back(t);
+  }
+  return out;
+}
+
+// Groups of 128 inputs, or 64 or 32 when a linear weight's inputs need it (the tiny presets).
+int64_t int4_group_for(const ModelConfig& c) {
+  for (int64_t group : {128, 64, 32}) {
+    bool divides = c.hidden_size % group == 0 && c.q_dim() % group == 0;
+    if (c.intermediate_size) divides = divides && c.intermediate_size % group == 0;
+    if (c.is_moe()) divides = divides && c.moe_intermediate_size % group == 0;
+    if (divides) return group;
+  }
+  fail("--dtype", "no 4-bit group size of 32, 64 or 128 divides every input dimension");
+}
+
+// The name of the BF16 weight a tensor's values come from: the module's .weight for its 4-bit
+// tensors, so a 4-bit model quantises its BF16 twin of the same seed.
+std::string source_name(const std::string& name) {
+  for (const char* suffix : {".qweight", ".qzeros", ".scales", ".g_idx"}) {
+    const std::string s = suffix;
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0)
+      return name.substr(0, name.size() - s.size()) + ".weight";
+  }
+  return name;
+}
+
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
   f << text;
@@ -163,9 +202,10 @@ void make_model(const MakeModelOptions& o) {
   for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
     if (!fs::exists(fs::path(o.tokenizer_dir) / file))
       fail(o.tokenizer_dir + "/" + file, "missing (pass --tokenizer-from DIR with the Qwen3 tokenizer files)");
-  if (o.dtype != "bf16" && o.dtype != "fp8") fail("--dtype", "must be bf16 or fp8, not '" + o.dtype + "'");
+  if (o.dtype != "bf16" && o.dtype != "fp8" && o.dtype != "gptq" && o.dtype != "awq")
+    fail("--dtype", "must be bf16, fp8, gptq or awq, not '" + o.dtype + "'");
   write_random_model(config, o.out_dir, o.seed, o.shards, read_special_token_ids(o.tokenizer_dir),
-                     o.dtype == "fp8");
+                     o.dtype);
   std::error_code ec;
   for (const char* file : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
     fs::path from = fs::path(o.tokenizer_dir) / file;
@@ -195,9 +235,18 @@ SpecialTokenIds read_special_token_ids(const std::string& tokenizer_dir) {
 }
 
 void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t seed, int shards,
-                        const SpecialTokenIds& special, bool fp8) {
+                        const SpecialTokenIds& special, const std::string& dtype) {
   if (shards < 1) fail("--shards", "must be at least 1");
+  const bool fp8 = dtype == "fp8", as_bf16 = dtype == "gptq-as-bf16" || dtype == "awq-as-bf16";
+  const std::string int4_format = dtype.rfind("gptq", 0) == 0 ? "gptq"
+                                  : dtype.rfind("awq", 0) == 0 ? "awq"
+                                                               : "";
+  const int64_t group = int4_format.empty() ? 0 : int4_group_for(config);
   if (fp8) config.quant_method = "fp8";
+  if (!int4_format.empty() && !as_bf16) {
+    config.quant_method = int4_format;
+    config.int4 = {int4_format, group};
+  }
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) fail(out_dir, "cannot create directory (" + ec.message() + ")");
@@ -219,12 +268,16 @@ void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t
   // Weights: random_element, the same values whatever the dtype (an FP8 model is its BF16 twin
   // of the same seed quantised by fp8_quantise).
   std::vector<TensorSpec> specs = checkpoint_tensors(config);
+  std::unordered_map<std::string, std::vector<int64_t>> shape_of;
+  for (const TensorSpec& s : specs) shape_of[s.name] = s.shape;
   if (fp8) specs = fp8_tensors(specs);
+  if (!int4_format.empty() && !as_bf16) specs = int4_tensors(specs, int4_format, group);
   std::vector<uint64_t> tensor_seeds(specs.size());
   uint64_t total_bytes = 0;
   std::vector<uint64_t> bytes(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
-    tensor_seeds[i] = splitmix64(seed * 0x632be59bd9b4e019ull ^ hash_name(specs[i].name));
+    tensor_seeds[i] =
+        splitmix64(seed * 0x632be59bd9b4e019ull ^ hash_name(source_name(specs[i].name)));
     bytes[i] = dtype_size(specs[i].dtype);
     for (int64_t d : specs[i].shape) bytes[i] *= uint64_t(d);
     total_bytes += bytes[i];
@@ -244,11 +297,33 @@ void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t
     for (float& v : f) v = fp8_block_factor(v);
     return f;
   };
+  // The 4-bit grid of the module being written (its tensors are consecutive, across shards too).
+  std::string grid_of;
+  Int4Grid grid;
+  auto grid_for = [&](size_t t) -> const Int4Grid& {
+    const std::string weight = source_name(specs[t].name);
+    if (grid_of == weight) return grid;
+    const int64_t rows = shape_of[weight][0], cols = shape_of[weight][1];
+    std::vector<float> values(size_t(rows * cols));
+    for (int64_t e = 0; e < rows * cols; ++e)
+      values[e] = bf16_to_f32(random_element(tensor_seeds[t], e, false));
+    grid = quantise_int4_grid(values, rows, cols, group, int4_format);
+    grid_of = weight;
+    return grid;
+  };
   Progress progress("writing weights", size_t(total_bytes >> 20));
   uint64_t written = 0;
   TensorBytesFill fill = [&](size_t tensor, int64_t first, int64_t count, uint8_t* out) {
     const TensorSpec& spec = specs[tensor];
-    if (spec.dtype == "F8_E4M3") {
+    if (source_name(spec.name) != spec.name) {
+      int4_tensor_bytes(grid_for(tensor), int4_format, spec.name, first, count, out);
+    } else if (as_bf16 && is_fp8_linear(spec.name)) {  // the 4-bit values, rounded to BF16
+      const Int4Grid& g = grid_for(tensor);
+      for (int64_t i = 0; i < count; ++i) {
+        const bf16 v = f32_to_bf16(g.value((first + i) / g.k, (first + i) % g.k));
+        std::memcpy(out + 2 * i, &v, 2);
+      }
+    } else if (spec.dtype == "F8_E4M3") {
       const std::vector<float>& f = factors_of(tensor);
       const int64_t cols = spec.shape[1], k_blocks = (cols + kFp8BlockK - 1) / kFp8BlockK;
       for (int64_t i = 0; i < count; ++i) {

@@ -22,7 +22,8 @@ struct MakeModelOptions {
   int shards = 1;
   std::string out_dir;
   std::string tokenizer_dir;  // holds tokenizer.json, tokenizer_config.json, chat_template.jinja
-  std::string dtype = "bf16";  // or "fp8": decoder linear weights as Qwen's FP8 checkpoints
+  std::string dtype = "bf16";  // "fp8": decoder linear weights as Qwen's FP8 checkpoints; "gptq",
+                               // "awq": as 4-bit modules (int4_checkpoint.h)
 };
 
 // Writes config.json, generation_config.json, the weights (streamed) and the tokenizer files.
@@ -39,10 +40,13 @@ struct SpecialTokenIds {
 SpecialTokenIds read_special_token_ids(const std::string& tokenizer_dir);
 
 // Writes config.json, generation_config.json and random weights for any config (tests use
-// shapes no preset has). Without known special tokens, the files name none. With fp8, the
+// shapes no preset has). Without known special tokens, the files name none. With dtype fp8, the
 // decoder layers' linear weights are F8_E4M3 with F32 factors per 128x128 block (the BF16
-// model of the same seed, quantised as `--quantize fp8` does).
+// model of the same seed, quantised as `--quantize fp8` does); with gptq or awq they are 4-bit
+// modules (the BF16 model of the same seed rounded to nearest on that format's grid, groups of
+// 128 or fewer inputs); "gptq-as-bf16" and "awq-as-bf16" write those models' weights as BF16
+// values.
 void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t seed, int shards,
-                        const SpecialTokenIds& special = {}, bool fp8 = false);
+                        const SpecialTokenIds& special = {}, const std::string& dtype = "bf16");
 
 }  // namespace ellm

@@ -213,22 +213,14 @@ TEST(Fp8, RowResultDoesNotDependOnThePass) {
   Fp8Problem problem({M, n, k}, 31, /*exponent0=*/false);  // the last block: zero columns
   auto start = random_floats(M * problem.ldy, 23);
   ThreadTeam team(2, /*pin=*/false);
-  alignas(64) std::atomic<int64_t> pool{0};
   for (Isa isa : supported_isas()) {
     PackedWeights w = pack_fp8_weights(problem.codes.data(), problem.scales.data(), n, k, isa);
     for (bool accumulate : {false, true}) {
       std::vector<float> whole = start;
       matmul(problem.x.data(), M, problem.ldx, w, whole.data(), problem.ldy, accumulate, 0, 1);
       for (int64_t rows = 1; rows <= 9; ++rows) {
-        std::vector<float> parts = start;
-        for (int64_t r0 = 0; r0 < M; r0 += rows) {
-          int64_t m = std::min(rows, M - r0);
-          pool.store(0);
-          team.run([&](int member, int members) {
-            matmul(problem.x.data() + r0 * problem.ldx, m, problem.ldx, w,
-                   parts.data() + r0 * problem.ldy, problem.ldy, accumulate, member, members, &pool);
-          });
-        }
+        const std::vector<float> parts = matmul_in_passes(problem.x.data(), M, problem.ldx, w,
+                                                          start, problem.ldy, accumulate, rows, team);
         for (int64_t i = 0; i < M; ++i)
           for (int64_t j = 0; j < n; ++j)
             ASSERT_EQ(whole[i * problem.ldy + j], parts[i * problem.ldy + j])

@@ -153,7 +153,6 @@ TEST(Matmul, RowResultDoesNotDependOnThePass) {
   auto w = random_bf16(n * k, 22, -2, 2);
   auto start = random_floats(M * ldy, 23);
   ThreadTeam team(2, /*pin=*/false);
-  alignas(64) std::atomic<int64_t> pool{0};
   for (Isa isa : supported_isas()) {
     PackedWeights packed = pack_weights(w.data(), n, k, isa);
     for (bool accumulate : {false, true}) {
@@ -163,15 +162,8 @@ TEST(Matmul, RowResultDoesNotDependOnThePass) {
       // The same rows in passes of every size from 1 to 13 rows (decode and prefill tiles, at
       // every offset in a tile), on two members sharing work as decode does.
       for (int64_t rows = 1; rows <= 13; ++rows) {
-        std::vector<float> parts = start;
-        for (int64_t r0 = 0; r0 < M; r0 += rows) {
-          int64_t m = std::min(rows, M - r0);
-          pool.store(0);
-          team.run([&](int member, int members) {
-            matmul(x.data() + r0 * ldx, m, ldx, packed, parts.data() + r0 * ldy, ldy, accumulate,
-                   member, members, &pool);
-          });
-        }
+        const std::vector<float> parts =
+            matmul_in_passes(x.data(), M, ldx, packed, start, ldy, accumulate, rows, team);
         for (int64_t i = 0; i < M; ++i)
           for (int64_t j = 0; j < n; ++j)
             ASSERT_EQ(whole[i * ldy + j], parts[i * ldy + j])

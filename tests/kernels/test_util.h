@@ -1,12 +1,15 @@
 #pragma once
 // Shared helpers for the kernel tests: deterministic random data and an ISA guard that restores
 // the active tier after each use.
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "base/cpu.h"
+#include "base/threads.h"
 #include "kernels/kernels.h"
 
 namespace ellm {
@@ -42,6 +45,23 @@ class IsaScope {
  private:
   Isa saved_;
 };
+
+// y = x . W^T (=|+= from y's values) in passes of `rows` rows of x's M, each run on every member
+// of `team` sharing the work as decode does.
+inline std::vector<float> matmul_in_passes(const bf16* x, int64_t M, int64_t ldx,
+                                           const PackedWeights& w, std::vector<float> y,
+                                           int64_t ldy, bool accumulate, int64_t rows,
+                                           ThreadTeam& team) {
+  alignas(64) std::atomic<int64_t> pool{0};
+  for (int64_t r0 = 0; r0 < M; r0 += rows) {
+    const int64_t m = std::min(rows, M - r0);
+    pool.store(0);
+    team.run([&](int member, int members) {
+      matmul(x + r0 * ldx, m, ldx, w, y.data() + r0 * ldy, ldy, accumulate, member, members, &pool);
+    });
+  }
+  return y;
+}
 
 inline std::vector<Isa> optimised_isas() {
   std::vector<Isa> out;

@@ -21,6 +21,7 @@ namespace ellm {
 namespace {
 
 using test::error_of;
+using test::run_tokens;
 
 ServingLimits limits(bool quantize = false) {
   ServingLimits l;
@@ -81,14 +82,6 @@ std::string load_error(const std::string& dir, bool quantize = false) {
   std::string message = error_of([&] { Model::load(dir, limits(quantize)); });
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   return message;
-}
-
-std::vector<float> run_tokens(Model& model, const std::vector<int32_t>& ids) {
-  std::vector<BatchToken> batch;
-  for (size_t i = 0; i < ids.size(); ++i) batch.push_back({ids[i], 0, int32_t(i), true});
-  std::vector<float> logits(ids.size() * size_t(model.vocab_size()));
-  model.forward(batch, logits.data());
-  return logits;
 }
 
 TEST(Fp8Load, CheckpointsLoadAndRunDenseAndMoe) {
@@ -179,9 +172,9 @@ TEST(Fp8Load, ConfigBlockSizeAndFormat) {
                 ": quantization_config.weight_block_size [64,64] is not supported (only [128, 128])");
   EXPECT_EQ(with("\"fmt\": \"e4m3\"", "\"fmt\": \"e5m2\""),
             dir / "config.json" + ": quantization_config.fmt 'e5m2' is not supported (only \"e4m3\")");
-  EXPECT_EQ(with("\"quant_method\": \"fp8\"", "\"quant_method\": \"awq\""),
-            dir / "config.json" +
-                ": quantization_config.quant_method 'awq' is not supported (only \"fp8\")");
+  EXPECT_EQ(with("\"quant_method\": \"fp8\"", "\"quant_method\": \"bitsandbytes\""),
+            dir / "config.json" + ": quantization_config.quant_method 'bitsandbytes' is not "
+                                  "supported (only \"fp8\", \"gptq\" or \"awq\")");
 }
 
 // A fused group whose parts differ (k_proj BF16 beside FP8 q_proj and v_proj) is dequantised to
@@ -274,7 +267,7 @@ TEST(Fp8Quantize, DeterministicAndEqualToMakeModelFp8) {
     config.head_dim = 32;
     test::ScratchDir bf16_dir, fp8_dir;
     write_random_model(config, bf16_dir.path, 7, 1);
-    write_random_model(config, fp8_dir.path, 7, 1, {}, /*fp8=*/true);
+    write_random_model(config, fp8_dir.path, 7, 1, {}, "fp8");
     ModelConfig fp8_config = load_model_config(fp8_dir.path);
     EXPECT_EQ(fp8_config.quant_method, "fp8");
     ModelWeights first = load_weights(bf16_dir.path, config, active_isa(), true);
@@ -317,45 +310,11 @@ TEST(Fp8Quantize, FidelityAgainstBf16OnGoldenFeeds) {
     auto fp8 = Model::load(dir, limits(true));
     EXPECT_LT(fp8->weight_bytes(), bf16->weight_bytes());
     const std::vector<float> ref = run_tokens(*bf16, tokens), got = run_tokens(*fp8, tokens);
-    const int64_t V = bf16->vocab_size(), positions = int64_t(tokens.size());
-    double kl_sum = 0, largest = 0;
-    int clear = 0, agree = 0;
-    for (int64_t p = 0; p < positions; ++p) {
-      const float* r = ref.data() + p * V;
-      const float* g = got.data() + p * V;
-      double r_max = -INFINITY, g_max = -INFINITY, r_sum = 0, g_sum = 0;
-      int64_t r_top = 0, g_top = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        if (r[v] > r_max) r_max = r[v], r_top = v;
-        if (g[v] > g_max) g_max = g[v], g_top = v;
-        largest = std::max(largest, double(std::fabs(r[v] - g[v])));
-      }
-      double second = -INFINITY;
-      for (int64_t v = 0; v < V; ++v)
-        if (v != r_top) second = std::max(second, double(r[v]));
-      for (int64_t v = 0; v < V; ++v) {
-        r_sum += std::exp(r[v] - r_max);
-        g_sum += std::exp(g[v] - g_max);
-      }
-      const double r_lse = r_max + std::log(r_sum), g_lse = g_max + std::log(g_sum);
-      double kl = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        const double log_p = r[v] - r_lse, log_q = g[v] - g_lse;
-        kl += std::exp(log_p) * (log_p - log_q);
-      }
-      kl_sum += kl;
-      if (r_max - second > margin_min) {
-        ++clear;
-        agree += r_top == g_top;
-      }
-    }
-    const double top1 = clear ? double(agree) / clear : 1.0;
-    std::printf("[fp8 fidelity %s %s] --quantize fp8 vs BF16 over %lld positions: mean KL %.3g, "
-                "top-1 agreement %d/%d = %.1f%% (BF16 margin > %.2f), largest |dlogit| %.3f\n",
-                name.c_str(), isa_name(active_isa()), (long long)positions, kl_sum / positions,
-                agree, clear, 100 * top1, margin_min, largest);
-    EXPECT_GE(top1, 0.8) << name;
-    EXPECT_LT(kl_sum / positions, 1.0) << name;
+    const test::Fidelity f = test::fidelity(ref, got, bf16->vocab_size(), margin_min);
+    std::printf("[fp8 fidelity %s %s] --quantize fp8 vs BF16 over %zu positions: %s\n",
+                name.c_str(), isa_name(active_isa()), tokens.size(), f.summary(margin_min).c_str());
+    EXPECT_GE(f.top1(), 0.8) << name;
+    EXPECT_LT(f.mean_kl, 1.0) << name;
   }
 }
 

@@ -255,10 +255,12 @@ TEST_P(GoldenSession, ReleasedKvIsRecomputedIdentically) {
 
 // The FP8 models: Qwen's FP8 checkpoint format (E4M3 weights, a factor per 128x128 block; F32
 // factors in the dense one, BF16 in the MoE one), their reference computed from the dequantised
-// weights.
+// weights. The 4-bit ones: GPTQ (v1, symmetric) and AWQ (GEMM, asymmetric), groups of 32, their
+// reference likewise from the exactly dequantised weights.
 INSTANTIATE_TEST_SUITE_P(Models, GoldenSession,
                          testing::Values("tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen3-fp8",
-                                         "tiny-qwen3-moe-fp8"),
+                                         "tiny-qwen3-moe-fp8", "tiny-qwen3-gptq",
+                                         "tiny-qwen3-awq"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

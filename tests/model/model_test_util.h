@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +16,7 @@
 
 #include "base/error.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "kernels/kernels.h"
 #include "tools/make_model.h"
 
@@ -103,6 +106,65 @@ inline void write_checkpoint(const std::string& dir, const ModelConfig& config,
                       for (int64_t i = 0; i < count; ++i)
                         out[i] = f32_to_bf16(0.02f * std::sin(float(first + i) * 0.37f + tensor));
                     });
+}
+
+// Logits of ids fed as one prefill into slot 0 from position 0, every position wanting them.
+inline std::vector<float> run_tokens(Model& model, const std::vector<int32_t>& ids) {
+  std::vector<BatchToken> batch;
+  for (size_t i = 0; i < ids.size(); ++i) batch.push_back({ids[i], 0, int32_t(i), true});
+  std::vector<float> logits(ids.size() * size_t(model.vocab_size()));
+  model.forward(batch, logits.data());
+  return logits;
+}
+
+// Quantised logits `got` against `ref` ([positions][vocab] each): mean KL(ref || got), top-1
+// agreement where ref's top-1 margin exceeds margin_min, and the largest |logit difference|.
+struct Fidelity {
+  double mean_kl = 0, largest = 0;
+  int clear = 0, agree = 0;
+  double top1() const { return clear ? double(agree) / clear : 1.0; }
+  std::string summary(double margin_min) const {
+    char line[200];
+    std::snprintf(line, sizeof line, "mean KL %.3g, top-1 agreement %d/%d = %.1f%% (margin > %.2f), "
+                  "largest |dlogit| %.3f", mean_kl, agree, clear, 100 * top1(), margin_min, largest);
+    return line;
+  }
+};
+
+inline Fidelity fidelity(const std::vector<float>& ref, const std::vector<float>& got, int64_t V,
+                         double margin_min) {
+  Fidelity f;
+  const int64_t positions = int64_t(ref.size()) / V;
+  for (int64_t p = 0; p < positions; ++p) {
+    const float* r = ref.data() + p * V;
+    const float* g = got.data() + p * V;
+    double r_max = -INFINITY, g_max = -INFINITY, r_sum = 0, g_sum = 0;
+    int64_t r_top = 0, g_top = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      if (r[v] > r_max) r_max = r[v], r_top = v;
+      if (g[v] > g_max) g_max = g[v], g_top = v;
+      f.largest = std::max(f.largest, double(std::fabs(r[v] - g[v])));
+    }
+    double second = -INFINITY;
+    for (int64_t v = 0; v < V; ++v)
+      if (v != r_top) second = std::max(second, double(r[v]));
+    for (int64_t v = 0; v < V; ++v) {
+      r_sum += std::exp(r[v] - r_max);
+      g_sum += std::exp(g[v] - g_max);
+    }
+    const double r_lse = r_max + std::log(r_sum), g_lse = g_max + std::log(g_sum);
+    double kl = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      const double log_p = r[v] - r_lse, log_q = g[v] - g_lse;
+      kl += std::exp(log_p) * (log_p - log_q);
+    }
+    f.mean_kl += kl / double(positions);
+    if (r_max - second > margin_min) {
+      ++f.clear;
+      f.agree += r_top == g_top;
+    }
+  }
+  return f;
 }
 
 }  // namespace ellm::test

@@ -27,6 +27,7 @@ const KernelTable amx_kernels = {
     // The AVX-512 FP8 product for every row count, so a row is the same bits in any pass; an
     // AMX one would need the same per-128-k arithmetic in decode and prefill (not written yet).
     .matmul_fp8 = nullptr,
+    .matmul_int4 = nullptr,
     // Each tile packs every K/V block it reads for the tile products, so larger tiles pack less
     // per row.
     .attention_tile_rows = 256,

@@ -144,21 +144,53 @@ void codes_to_bf16(const PackedWeights& w, int64_t col0, int64_t cols, bf16* out
   }
 }
 
-// y[R][cols] = part[R][16] * factor + (first && !accumulate ? 0 : y): one FMA per element, as
-// the FP8 decode kernel adds each 128 k's partial sums.
-void add_scaled(const float* part, int64_t rows, float factor, float* y, int64_t ldy, int64_t cols,
-                bool from_zero) {
-  const __m256 f = _mm256_set1_ps(factor);
+// y[R][cols] = part[R][16] * factors[16] + (from_zero ? 0 : y): one FMA per element, as the
+// FP8 and INT4 decode kernels add each block's or group's partial sums.
+void add_scaled(const float* part, int64_t rows, const float* factors, float* y, int64_t ldy,
+                int64_t cols, bool from_zero) {
   for (int64_t r = 0; r < rows; ++r) {
     float* yr = y + r * ldy;
     const float* pr = part + r * kCols;
     if (cols == kCols) {
       for (int v = 0; v < 2; ++v) {
         __m256 base = from_zero ? _mm256_setzero_ps() : _mm256_loadu_ps(yr + 8 * v);
-        _mm256_storeu_ps(yr + 8 * v, _mm256_fmadd_ps(_mm256_loadu_ps(pr + 8 * v), f, base));
+        _mm256_storeu_ps(yr + 8 * v, _mm256_fmadd_ps(_mm256_loadu_ps(pr + 8 * v),
+                                                     _mm256_loadu_ps(factors + 8 * v), base));
       }
     } else {
-      for (int64_t c = 0; c < cols; ++c) yr[c] = std::fma(pr[c], factor, from_zero ? 0.0f : yr[c]);
+      for (int64_t c = 0; c < cols; ++c)
+        yr[c] = std::fma(pr[c], factors[c], from_zero ? 0.0f : yr[c]);
+    }
+  }
+}
+
+// Columns [col0, col0 + cols) of W, y at the first of them (=|+=) x . W, where `panel` holds those columns of W in the
+// layout above as values before their factors, which apply per `step` inputs: each step's
+// product from zero through the BF16 tiles, then times the columns' factors for the step
+// (factors(column, s): the 16 of the 16-column block at `column`) added to y. inputs(r0, rows,
+// k0, xf) writes rows [r0, r0 + rows) of x over inputs [k0, k0 + step) as FP32, `step` apart.
+template <class Inputs, class Factors>
+void scaled_panel_product(int64_t m, const bf16* panel, int64_t k, int64_t step, int64_t col0,
+                          int64_t cols, Inputs&& inputs, Factors&& factors, float* y, int64_t ldy,
+                          bool accumulate) {
+  const int64_t blocks = (cols + kCols - 1) / kCols;
+  float* xf = static_cast<float*>(thread_scratch(0, size_t(kGroupRows * step) * sizeof(float)));
+  alignas(32) float part[kRows * kCols];
+  for (int64_t k0 = 0; k0 < k; k0 += step) {
+    const int64_t len = std::min(step, k - k0);
+    for (int64_t g0 = 0; g0 < m; g0 += kGroupRows) {
+      const int64_t g1 = std::min(m, g0 + kGroupRows);
+      inputs(g0, g1 - g0, k0, xf);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float* f = factors(col0 + b * kCols, k0 / step);
+        const bf16* weights = panel + (b * k + k0) * kCols;
+        for (int64_t r0 = g0; r0 < g1; r0 += kRows) {
+          const int64_t rows = std::min<int64_t>(kRows, g1 - r0);
+          kTiles[rows](xf + (r0 - g0) * step, step, weights, len, part, kCols, kCols, false);
+          add_scaled(part, rows, f, y + r0 * ldy + b * kCols, ldy,
+                     std::min<int64_t>(kCols, cols - b * kCols), k0 == 0 && !accumulate);
+        }
+      }
     }
   }
 }
@@ -179,32 +211,46 @@ void matmul_fp8(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, f
   auto [p0, p1] = split_range((w.n + width - 1) / width, member, n_members);
   if (p0 == p1) return;
   bf16* panel = static_cast<bf16*>(thread_scratch(1, size_t(width * k) * sizeof(bf16)));
-  alignas(32) float xf[kGroupRows * kFp8BlockK];
-  alignas(32) float part[kRows * kCols];
+  auto inputs = [&](int64_t r0, int64_t rows, int64_t k0, float* xf) {
+    for (int64_t r = 0; r < rows; ++r)
+      simd::convert_bf16_to_f32<Avx2Vec>(x + (r0 + r) * ldx + k0, xf + r * kFp8BlockK,
+                                         std::min(kFp8BlockK, k - k0));
+  };
+  alignas(32) float factors[kCols];
+  auto factors_of = [&](int64_t column, int64_t kb) {
+    std::fill_n(factors, kCols, w.scales[fp8_scale_index(w, column, kb)]);
+    return factors;
+  };
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t col0 = p * width, cols = std::min(width, w.n - col0);
-    const int64_t blocks = (cols + kCols - 1) / kCols;
     codes_to_bf16(w, col0, cols, panel);
-    for (int64_t kb = 0; kb < w.k_blocks; ++kb) {
-      const int64_t k0 = kb * kFp8BlockK, len = std::min(kFp8BlockK, k - k0);
-      for (int64_t g0 = 0; g0 < m; g0 += kGroupRows) {
-        const int64_t g1 = std::min(m, g0 + kGroupRows);
-        for (int64_t r = g0; r < g1; ++r)
-          simd::convert_bf16_to_f32<Avx2Vec>(x + r * ldx + k0, xf + (r - g0) * kFp8BlockK, len);
-        for (int64_t b = 0; b < blocks; ++b) {
-          const int64_t column = col0 + b * kCols;
-          const float factor = w.scales[fp8_scale_index(w, column, kb)];
-          const bf16* weights = panel + (b * k + k0) * kCols;
-          for (int64_t r0 = g0; r0 < g1; r0 += kRows) {
-            const int64_t rows = std::min<int64_t>(kRows, g1 - r0);
-            kTiles[rows](xf + (r0 - g0) * kFp8BlockK, kFp8BlockK, weights, len, part, kCols, kCols,
-                         false);
-            add_scaled(part, rows, factor, y + r0 * ldy + column, ldy,
-                       std::min<int64_t>(kCols, w.n - column), kb == 0 && !accumulate);
-          }
-        }
-      }
-    }
+    scaled_panel_product(m, panel, k, kFp8BlockK, col0, cols, inputs, factors_of, y + col0, ldy,
+                         accumulate);
+  }
+}
+
+// INT4 weights, the same way: up to int4_decode_rows() rows the decode kernel, more the panels
+// (the values q - zero), k in steps of one group, each step's result times the columns' factors.
+void matmul_int4(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,
+                 int64_t ldy, bool accumulate, int member, int n_members,
+                 std::atomic<int64_t>* pool) {
+  if (m <= int4_decode_rows())
+    return int4_decode(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool);
+  const int64_t k = w.k, width = fp8_panel_width(w.n, n_members);
+  auto [p0, p1] = split_range((w.n + width - 1) / width, member, n_members);
+  if (p0 == p1) return;
+  bf16* panel = static_cast<bf16*>(thread_scratch(1, size_t(width * k) * sizeof(bf16)));
+  auto inputs = [&](int64_t r0, int64_t rows, int64_t k0, float* xf) {
+    int4_inputs(x + r0 * ldx, ldx, rows, w, k0, w.group, xf, w.group);
+  };
+  auto factors_of = [&](int64_t column, int64_t g) {
+    return w.scales.get() + int4_group_index(w, column, g);
+  };
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t col0 = p * width, cols = std::min(width, w.n - col0);
+    int4_to_bf16(w, col0, cols, panel);
+    scaled_panel_product(m, panel, k, w.group, col0, cols, inputs, factors_of, y + col0, ldy,
+                         accumulate);
   }
 }
 

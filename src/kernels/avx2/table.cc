@@ -7,8 +7,8 @@
 
 namespace ellm {
 
-// Its FP8 product takes every m (prefill included: avx2/matmul.cc).
+// Its FP8 and INT4 products take every m (prefill included: avx2/matmul.cc).
 const KernelTable avx2_kernels = simd::kernel_table<Avx2Vec>(
-    avx2::pack_weights, avx2::matmul, avx2::matmul_fp8);
+    avx2::pack_weights, avx2::matmul, avx2::matmul_fp8, avx2::matmul_int4);
 
 }  // namespace ellm

@@ -15,6 +15,7 @@ SiluMulFn silu_mul;
 PackWeightsFn pack_weights;
 MatmulFn matmul;
 MatmulFn matmul_fp8;
+MatmulFn matmul_int4;
 AttentionBlockFn attention_block;
 AllHeadsFn attention_block_all_heads;
 

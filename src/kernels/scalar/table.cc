@@ -15,6 +15,7 @@ const KernelTable scalar_kernels = {
     .pack_weights = scalar::pack_weights,
     .matmul = scalar::matmul,
     .matmul_fp8 = scalar::matmul_fp8,
+    .matmul_int4 = scalar::matmul_int4,
     .attention_tile_rows = 32,
     .attention_block = scalar::attention_block,
     .attention_scratch_floats = default_attention_scratch_floats,
