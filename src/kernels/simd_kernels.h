@@ -22,7 +22,13 @@ constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul
       .convert_f32_to_f16 = convert_f32_to_f16<V>,
       .rmsnorm = rmsnorm<V>,
       .norm_rope = norm_rope<V>,
+      .rope_partial = nullptr,
       .silu_mul = silu_mul<V>,
+      .conv1d_silu = nullptr,  // null: the scalar twin, until the tier has its own
+      .l2norm = nullptr,
+      .gated_rmsnorm = nullptr,
+      .gated_delta_step = nullptr,
+      .gated_delta_chunk = nullptr,
       .pack_weights = pack_weights,
       .matmul = matmul,
       .matmul_fp8 = matmul_fp8,

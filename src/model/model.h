@@ -73,10 +73,17 @@ class Model {
   // Drops the open pass; the KV its tokens were writing is garbage.
   virtual void cancel_pass() = 0;
 
-  // Gives a slot's KV pages from `from_position` on back to the OS.
+  // Gives a slot's KV pages from `from_position` on back to the OS (a hybrid model's slot can
+  // then only start over, unless from_position is past its end).
   virtual void release_kv(int slot, int64_t from_position) = 0;
   virtual size_t kv_resident_bytes() const = 0;
   virtual size_t kv_bytes_per_token() const = 0;
+  // Hybrid models (Qwen3.5+) carry, per slot, a fixed-size recurrent state beside the KV (the
+  // Gated DeltaNet layers'). It folds in the whole prefix, so a slot's KV alone cannot resume
+  // a sequence: a pass may continue a slot only where its last pass ended, or start it over
+  // at position 0 (which resets the state); anything else throws.
+  virtual bool has_recurrent_state() const { return false; }
+  virtual size_t state_bytes_per_slot() const { return 0; }
   virtual size_t weight_bytes() const = 0;
 
   // A slot's KV for positions [begin, end) as the byte ranges holding it: for each layer its K
