@@ -95,7 +95,7 @@ int64_t validate(const GenerateRequest& request, const Model& model) {
                                          " tokens (" + std::to_string(n_prompt) + " in the prompt, " +
                                          std::to_string(max_new) +
                                          " in the completion); reduce the prompt or max_tokens");
-  const size_t budget = model.limits().kv_memory_bytes, per_token = model.kv_bytes_per_token();
+  const size_t budget = kv_budget_after_state(model), per_token = model.kv_bytes_per_token();
   if (budget > 0 && per_token > 0 && size_t(n_prompt + max_new) * per_token > budget)
     throw RequestError("max_tokens", "prompt + max_tokens = " + std::to_string(n_prompt + max_new) +
                                          " positions exceed the KV memory budget of " +

@@ -102,4 +102,12 @@ class Model {
   virtual void set_profile_sink(ProfileSink* sink) {}
 };
 
+// The --kv-memory budget left for KV rows once every slot's recurrent state is counted (0: no
+// budget set).
+inline size_t kv_budget_after_state(const Model& model) {
+  const size_t budget = model.limits().kv_memory_bytes;
+  const size_t state = model.state_bytes_per_slot() * size_t(model.limits().batch_size);
+  return budget == 0 ? 0 : budget > state ? budget - state : 1;
+}
+
 }  // namespace ellm
