@@ -1,5 +1,5 @@
 #pragma once
-// The kernel table of a SIMD tier: the shared templates (simd_elementwise.h,
+// The kernel table of a SIMD tier: the shared templates (simd_elementwise.h, simd_gdn.h,
 // simd_attention_prefill.h, simd_attention_decode.h) instantiated for its vector traits V, plus
 // the tier's own matrix products (BF16; FP8 with the rows it takes, and its conversion of FP8
 // weights to its BF16 layout for larger products). Included by the tier's table.cc, so the templates are
@@ -9,6 +9,7 @@
 #include "kernels/simd_attention_prefill.h"
 #include "kernels/simd_elementwise.h"
 #include "kernels/simd_fp8.h"
+#include "kernels/simd_gdn.h"
 
 namespace ellm::simd {
 
@@ -24,11 +25,11 @@ constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul
       .norm_rope = norm_rope<V>,
       .rope_partial = nullptr,
       .silu_mul = silu_mul<V>,
-      .conv1d_silu = nullptr,  // null: the scalar twin, until the tier has its own
-      .l2norm = nullptr,
-      .gated_rmsnorm = nullptr,
-      .gated_delta_step = nullptr,
-      .gated_delta_chunk = nullptr,
+      .conv1d_silu = conv1d_silu<V>,
+      .l2norm = l2norm<V>,
+      .gated_rmsnorm = gated_rmsnorm<V>,
+      .gated_delta_step = gated_delta_step<V>,
+      .gated_delta_chunk = gated_delta_chunk<V>,
       .pack_weights = pack_weights,
       .matmul = matmul,
       .matmul_fp8 = matmul_fp8,
