@@ -122,7 +122,7 @@ bool quantize_fp8_requested(const CLI::App& app) {
 }
 
 int cmd_make_model(int argc, char** argv) {
-  CLI::App app{"Write a random-weight Qwen3 model in Hugging Face layout", "make-model"};
+  CLI::App app{"Write a random-weight Qwen3 or Qwen3.5 model in Hugging Face layout", "make-model"};
   MakeModelOptions o;
   std::string presets;
   for (const std::string& n : preset_names()) presets += (presets.empty() ? "" : ", ") + n;
@@ -133,6 +133,9 @@ int cmd_make_model(int argc, char** argv) {
   app.add_option("--dtype", o.dtype, "bf16, or fp8: decoder linear weights as F8_E4M3 with a "
                                      "factor per 128x128 block, as Qwen's FP8 checkpoints")
       ->check(CLI::IsMember({"bf16", "fp8"}));
+  app.add_flag("--fused-experts", o.fused_experts,
+               "Qwen3.5 MoE presets: each layer's experts as two 3-D tensors (experts.gate_up_proj, "
+               "experts.down_proj), as the BF16 checkpoints store them; default one tensor per expert");
   app.add_option("--out", o.out_dir, "output folder")->required();
   app.add_option("--tokenizer-from", o.tokenizer_dir,
                  "folder with tokenizer.json, tokenizer_config.json, chat_template.jinja "

@@ -65,7 +65,8 @@ struct ModelConfig {
 ModelConfig parse_model_config(const std::string& json_text, const std::string& where);
 // Reads <model_dir>/config.json.
 ModelConfig load_model_config(const std::string& model_dir);
-// The config.json text for a config (the keys Hugging Face writes); the special token ids only
+// The config.json text for a config (the keys Hugging Face writes; Qwen3.5 as its
+// vision-language wrapper with the text_config nested); the special token ids only
 // when given (>= 0): they come from the tokenizer files.
 std::string model_config_json(const ModelConfig& config, int32_t bos_token_id = -1,
                               int32_t eos_token_id = -1);

@@ -12,8 +12,10 @@ namespace ellm {
 std::vector<std::string> preset_names();
 ModelConfig preset_config(const std::string& name);  // throws Error listing the presets
 
-// Every tensor a checkpoint of this config holds, with its Hugging Face name and shape.
-std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& config);
+// Every tensor a checkpoint of this config holds, with its Hugging Face name and shape. A
+// Qwen3.5 MoE's routed experts are one tensor each, or with fused_experts two 3-D tensors per
+// layer (experts.gate_up_proj, experts.down_proj), as its BF16 checkpoints store them.
+std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& config, bool fused_experts = false);
 
 struct MakeModelOptions {
   std::string preset;
@@ -23,6 +25,7 @@ struct MakeModelOptions {
   std::string out_dir;
   std::string tokenizer_dir;  // holds tokenizer.json, tokenizer_config.json, chat_template.jinja
   std::string dtype = "bf16";  // or "fp8": decoder linear weights as Qwen's FP8 checkpoints
+  bool fused_experts = false;  // Qwen3.5 MoE: experts.gate_up_proj / down_proj (BF16 only)
 };
 
 // Writes config.json, generation_config.json, the weights (streamed) and the tokenizer files.
@@ -43,6 +46,7 @@ SpecialTokenIds read_special_token_ids(const std::string& tokenizer_dir);
 // decoder layers' linear weights are F8_E4M3 with F32 factors per 128x128 block (the BF16
 // model of the same seed, quantised as `--quantize fp8` does).
 void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t seed, int shards,
-                        const SpecialTokenIds& special = {}, bool fp8 = false);
+                        const SpecialTokenIds& special = {}, bool fp8 = false,
+                        bool fused_experts = false);
 
 }  // namespace ellm
