@@ -166,10 +166,29 @@ ModelConfig preset_config(const std::string& name) {
 
 namespace {
 
+// self_attn's tensors under prefix p; q_rows: Qwen3.5's q_proj holds [query | gate] per head.
+void add_attention(std::vector<TensorSpec>& specs, const std::string& p, const ModelConfig& c,
+                   int64_t q_rows) {
+  const int64_t h = c.hidden_size, hd = c.head_dim;
+  specs.push_back({p + "self_attn.q_proj.weight", {q_rows, h}});
+  specs.push_back({p + "self_attn.k_proj.weight", {c.kv_dim(), h}});
+  specs.push_back({p + "self_attn.v_proj.weight", {c.kv_dim(), h}});
+  specs.push_back({p + "self_attn.q_norm.weight", {hd}});
+  specs.push_back({p + "self_attn.k_norm.weight", {hd}});
+  specs.push_back({p + "self_attn.o_proj.weight", {h, c.q_dim()}});
+}
+
+// A SwiGLU MLP's gate_proj, up_proj, down_proj under prefix p ("mlp.", "mlp.experts.3.", ...).
+void add_swiglu(std::vector<TensorSpec>& specs, const std::string& p, int64_t ffn, int64_t h) {
+  specs.push_back({p + "gate_proj.weight", {ffn, h}});
+  specs.push_back({p + "up_proj.weight", {ffn, h}});
+  specs.push_back({p + "down_proj.weight", {h, ffn}});
+}
+
 // Qwen3.5's layout: the text model under model.language_model., lm_head at the top level.
 std::vector<TensorSpec> qwen35_tensors(const ModelConfig& c, bool fused_experts) {
   std::vector<TensorSpec> specs;
-  const int64_t h = c.hidden_size, hd = c.head_dim, Hv = c.linear_num_value_heads;
+  const int64_t h = c.hidden_size, Hv = c.linear_num_value_heads;
   const int64_t F = c.moe_intermediate_size, E = c.num_experts;
   const std::string root = "model.language_model.";
   specs.push_back({root + "embed_tokens.weight", {c.vocab_size, h}});
@@ -188,18 +207,11 @@ std::vector<TensorSpec> qwen35_tensors(const ModelConfig& c, bool fused_experts)
       specs.push_back({a + "norm.weight", {c.linear_value_head_dim}});
       specs.push_back({a + "out_proj.weight", {h, c.linear_value_dim()}});
     } else {
-      specs.push_back({p + "self_attn.q_proj.weight", {2 * c.q_dim(), h}});  // [query | gate] per head
-      specs.push_back({p + "self_attn.k_proj.weight", {c.kv_dim(), h}});
-      specs.push_back({p + "self_attn.v_proj.weight", {c.kv_dim(), h}});
-      specs.push_back({p + "self_attn.q_norm.weight", {hd}});
-      specs.push_back({p + "self_attn.k_norm.weight", {hd}});
-      specs.push_back({p + "self_attn.o_proj.weight", {h, c.q_dim()}});
+      add_attention(specs, p, c, 2 * c.q_dim());
     }
     specs.push_back({p + "post_attention_layernorm.weight", {h}});
     if (!c.is_moe()) {
-      specs.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, h}});
-      specs.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, h}});
-      specs.push_back({p + "mlp.down_proj.weight", {h, c.intermediate_size}});
+      add_swiglu(specs, p + "mlp.", c.intermediate_size, h);
       continue;
     }
     specs.push_back({p + "mlp.gate.weight", {E, h}});
@@ -207,17 +219,9 @@ std::vector<TensorSpec> qwen35_tensors(const ModelConfig& c, bool fused_experts)
       specs.push_back({p + "mlp.experts.gate_up_proj", {E, 2 * F, h}});
       specs.push_back({p + "mlp.experts.down_proj", {E, h, F}});
     } else {
-      for (int64_t e = 0; e < E; ++e) {
-        std::string q = p + "mlp.experts." + std::to_string(e) + ".";
-        specs.push_back({q + "gate_proj.weight", {F, h}});
-        specs.push_back({q + "up_proj.weight", {F, h}});
-        specs.push_back({q + "down_proj.weight", {h, F}});
-      }
+      for (int64_t e = 0; e < E; ++e) add_swiglu(specs, p + "mlp.experts." + std::to_string(e) + ".", F, h);
     }
-    const int64_t FS = c.shared_expert_intermediate_size;
-    specs.push_back({p + "mlp.shared_expert.gate_proj.weight", {FS, h}});
-    specs.push_back({p + "mlp.shared_expert.up_proj.weight", {FS, h}});
-    specs.push_back({p + "mlp.shared_expert.down_proj.weight", {h, FS}});
+    add_swiglu(specs, p + "mlp.shared_expert.", c.shared_expert_intermediate_size, h);
     specs.push_back({p + "mlp.shared_expert_gate.weight", {1, h}});
   }
   specs.push_back({root + "norm.weight", {h}});
@@ -230,30 +234,19 @@ std::vector<TensorSpec> qwen35_tensors(const ModelConfig& c, bool fused_experts)
 std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& c, bool fused_experts) {
   if (c.is_hybrid()) return qwen35_tensors(c, fused_experts);
   std::vector<TensorSpec> specs;
-  int64_t h = c.hidden_size, hd = c.head_dim;
+  int64_t h = c.hidden_size;
   specs.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     std::string p = "model.layers." + std::to_string(l) + ".";
     specs.push_back({p + "input_layernorm.weight", {h}});
-    specs.push_back({p + "self_attn.q_proj.weight", {c.q_dim(), h}});
-    specs.push_back({p + "self_attn.k_proj.weight", {c.kv_dim(), h}});
-    specs.push_back({p + "self_attn.v_proj.weight", {c.kv_dim(), h}});
-    specs.push_back({p + "self_attn.q_norm.weight", {hd}});
-    specs.push_back({p + "self_attn.k_norm.weight", {hd}});
-    specs.push_back({p + "self_attn.o_proj.weight", {h, c.q_dim()}});
+    add_attention(specs, p, c, c.q_dim());
     specs.push_back({p + "post_attention_layernorm.weight", {h}});
     if (c.is_moe_layer(l)) {
       specs.push_back({p + "mlp.gate.weight", {c.num_experts, h}});
-      for (int64_t e = 0; e < c.num_experts; ++e) {
-        std::string q = p + "mlp.experts." + std::to_string(e) + ".";
-        specs.push_back({q + "gate_proj.weight", {c.moe_intermediate_size, h}});
-        specs.push_back({q + "up_proj.weight", {c.moe_intermediate_size, h}});
-        specs.push_back({q + "down_proj.weight", {h, c.moe_intermediate_size}});
-      }
+      for (int64_t e = 0; e < c.num_experts; ++e)
+        add_swiglu(specs, p + "mlp.experts." + std::to_string(e) + ".", c.moe_intermediate_size, h);
     } else {
-      specs.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, h}});
-      specs.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, h}});
-      specs.push_back({p + "mlp.down_proj.weight", {h, c.intermediate_size}});
+      add_swiglu(specs, p + "mlp.", c.intermediate_size, h);
     }
   }
   specs.push_back({"model.norm.weight", {h}});
