@@ -145,17 +145,20 @@ TEST(Qwen35Load, MissingALogAndMisShapedConvGetClearErrors) {
   const std::string name = "model.language_model.layers.1.linear_attn.";
   {
     test::ScratchDir dir;
-    rewrite_checkpoint(shared_model("tiny-qwen35"), dir.path,
-                       {.edit = [&](TensorSpec& s) { return s.name != name + "A_log"; }});
+    Rewrite rw;
+    rw.edit = [&](TensorSpec& s) { return s.name != name + "A_log"; };
+    rewrite_checkpoint(shared_model("tiny-qwen35"), dir.path, rw);
     EXPECT_EQ(load_error(dir.path),
               dir / "model.safetensors" + ": missing tensor '" + name + "A_log'");
   }
   {
     test::ScratchDir dir;
-    rewrite_checkpoint(shared_model("tiny-qwen35"), dir.path, {.edit = [&](TensorSpec& s) {
-                         if (s.name == name + "conv1d.weight") s.shape = {256, 3};
-                         return true;
-                       }});
+    Rewrite rw;
+    rw.edit = [&](TensorSpec& s) {
+      if (s.name == name + "conv1d.weight") s.shape = {256, 3};
+      return true;
+    };
+    rewrite_checkpoint(shared_model("tiny-qwen35"), dir.path, rw);
     EXPECT_EQ(load_error(dir.path), dir / "model.safetensors" + ": tensor '" + name +
                                         "conv1d.weight' has shape [256, 3], expected [256, 1, 4] "
                                         "from config.json");
