@@ -41,6 +41,32 @@ class EngineModel : public ::testing::TestWithParam<std::string> {};
 
 bool hybrid(const std::string& name) { return name.find("qwen35") != std::string::npos; }
 
+// A hybrid model's prompt chunks follow what else shares the passes, and its chunked delta
+// rule rounds differently from the recurrence, so its logits agree with a solo run within
+// the golden tolerance, not to the bit, and a near-tie may go either way. What holds: every
+// token it chose is within the golden atol of the best one, fed once through a plain model.
+void expect_near_greedy(const std::string& name, const std::vector<int32_t>& prompt,
+                        const std::vector<int32_t>& generated, const std::string& what) {
+  std::ifstream file(ELLM_SHARED "/golden/" + name + "/session.json");
+  const double atol = nlohmann::json::parse(file)["atol"];
+  ServingLimits limits;
+  limits.sequence_length = 128;
+  limits.threads = 1;
+  auto model = Model::load(model_dir(name), limits);
+  const int64_t V = model->vocab_size();
+  std::vector<BatchToken> batch;
+  std::vector<int32_t> sequence = prompt;
+  sequence.insert(sequence.end(), generated.begin(), generated.end());
+  for (size_t p = 0; p + 1 < sequence.size(); ++p)
+    batch.push_back({sequence[p], 0, int32_t(p), p + 1 >= prompt.size()});
+  std::vector<float> logits(generated.size() * size_t(V));
+  model->forward(batch, logits.data());
+  for (size_t i = 0; i < generated.size(); ++i) {
+    const float* row = logits.data() + i * V;
+    EXPECT_GE(row[generated[i]], *std::max_element(row, row + V) - atol) << what << " token " << i;
+  }
+}
+
 // shared/golden/<model>/chat.json: every clear-margin case, token for token, all submitted at
 // once into two slots.
 TEST_P(EngineModel, GreedyMatchesTheReferenceCompletions) {
@@ -155,7 +181,10 @@ TEST_P(EngineModel, FourRequestsInTwoSlots) {
     Outcome out = collect(streams[i]);
     EXPECT_EQ(out.end.finish_reason, FinishReason::length);
     EXPECT_EQ(out.end.completion_tokens, 8);
-    EXPECT_EQ(out.ids, expected[i]) << "request " << i;
+    if (!hybrid(GetParam()))
+      EXPECT_EQ(out.ids, expected[i]) << "request " << i;
+    else
+      expect_near_greedy(GetParam(), prompts[i], out.ids, "request " + std::to_string(i));
   }
   EngineMetrics m = engine->metrics();
   EXPECT_EQ(m.requests_finished_total, 4);
