@@ -173,7 +173,7 @@ void gated_delta_chunk(float* S, int64_t dk, int64_t dv, const float* q, const f
                        const float* beta, int64_t ldg, int64_t n, float* out, int64_t ldo,
                        float* scratch);
 inline size_t gated_delta_chunk_scratch_floats(int64_t dk, int64_t dv) {
-  return size_t(kDeltaChunk * (1 + kDeltaChunk + dk + dv + 16));
+  return size_t(kDeltaChunk * (1 + 2 * kDeltaChunk + dk + dv + 16));
 }
 
 // ---- matrix products: weights BF16, inputs BF16, accumulation FP32 ----

@@ -152,13 +152,16 @@ void gated_delta_chunk(float* S, int64_t dk, int64_t dv, const float* q, const f
   float* A = gamma + C;    // [C][C]
   float* W = A + C * C;    // [C][dk]
   float* U = W + C * dk;   // [C][dv]
+  float* decay = U + C * dv;  // [C][C]  exp(gamma_t - gamma_s), s <= t
   auto K = [&](int64_t t) { return k + t * ldqk; };
   auto Q = [&](int64_t t) { return q + t * ldqk; };
 
   for (int64_t t = 0; t < n; ++t) gamma[t] = (t ? gamma[t - 1] : 0.0f) + g[t * ldg];
   for (int64_t t = 0; t < n; ++t)
+    for (int64_t s = 0; s <= t; ++s) decay[t * C + s] = std::exp(gamma[t] - gamma[s]);
+  for (int64_t t = 0; t < n; ++t)
     for (int64_t s = 0; s < t; ++s)
-      A[t * C + s] = beta[t * ldg] * dot<V>(K(t), K(s), dk) * std::exp(gamma[t] - gamma[s]);
+      A[t * C + s] = beta[t * ldg] * dot<V>(K(t), K(s), dk) * decay[t * C + s];
 
   for (int64_t t = 0; t < n; ++t) {  // forward substitution through I + A
     float* u = U + t * dv;
@@ -183,7 +186,7 @@ void gated_delta_chunk(float* S, int64_t dk, int64_t dv, const float* q, const f
   }
   for (int64_t t = 0; t < n; ++t)  // out += causal (Q K^T * decay) V'
     for (int64_t s = 0; s <= t; ++s)
-      axpy<V>(dot<V>(Q(t), K(s), dk) * std::exp(gamma[t] - gamma[s]), U + s * dv, out + t * ldo, dv);
+      axpy<V>(dot<V>(Q(t), K(s), dk) * decay[t * C + s], U + s * dv, out + t * ldo, dv);
   const float last = gamma[n - 1], total = std::exp(last);  // S = exp(gamma_last) S + ...
   for (int64_t i = 0; i < dk; ++i) {
     float* row = S + i * dv;

@@ -88,13 +88,16 @@ void gated_delta_chunk(float* S, int64_t dk, int64_t dv, const float* q, const f
   float* A = gamma + C;     // [C][C]  strict lower: beta_t k_t.k_s exp(gamma_t - gamma_s)
   float* W = A + C * C;     // [C][dk]
   float* U = W + C * dk;    // [C][dv]  U, then V' = U - W S
+  float* decay = U + C * dv;  // [C][C]  exp(gamma_t - gamma_s), s <= t
   auto K = [&](int64_t t) { return k + t * ldqk; };
   auto Q = [&](int64_t t) { return q + t * ldqk; };
 
   for (int64_t t = 0; t < n; ++t) gamma[t] = (t ? gamma[t - 1] : 0.0f) + g[t * ldg];
   for (int64_t t = 0; t < n; ++t)
+    for (int64_t s = 0; s <= t; ++s) decay[t * C + s] = std::exp(gamma[t] - gamma[s]);
+  for (int64_t t = 0; t < n; ++t)
     for (int64_t s = 0; s < t; ++s)
-      A[t * C + s] = beta[t * ldg] * dot(K(t), K(s), dk) * std::exp(gamma[t] - gamma[s]);
+      A[t * C + s] = beta[t * ldg] * dot(K(t), K(s), dk) * decay[t * C + s];
 
   // Forward substitution through the unit lower-triangular I + A.
   for (int64_t t = 0; t < n; ++t) {
@@ -122,7 +125,7 @@ void gated_delta_chunk(float* S, int64_t dk, int64_t dv, const float* q, const f
   }
   for (int64_t t = 0; t < n; ++t)
     for (int64_t s = 0; s <= t; ++s)
-      axpy(dot(Q(t), K(s), dk) * std::exp(gamma[t] - gamma[s]), U + s * dv, out + t * ldo, dv);
+      axpy(dot(Q(t), K(s), dk) * decay[t * C + s], U + s * dv, out + t * ldo, dv);
   // S = exp(gamma_last) S + sum_t (k_t exp(gamma_last - gamma_t)) V'_t^T
   const float last = gamma[n - 1], total = std::exp(last);
   for (int64_t i = 0; i < dk; ++i) {
