@@ -130,7 +130,7 @@ bool quantize_fp8_requested(const CLI::App& app) { return quantize_requested(app
 bool quantize_int4_requested(const CLI::App& app) { return quantize_requested(app, "int4"); }
 
 int cmd_make_model(int argc, char** argv) {
-  CLI::App app{"Write a random-weight Qwen3 model in Hugging Face layout", "make-model"};
+  CLI::App app{"Write a random-weight Qwen3 or Qwen3.5 model in Hugging Face layout", "make-model"};
   MakeModelOptions o;
   std::string presets;
   for (const std::string& n : preset_names()) presets += (presets.empty() ? "" : ", ") + n;
@@ -142,6 +142,9 @@ int cmd_make_model(int argc, char** argv) {
                                      "factor per 128x128 block, as Qwen's FP8 checkpoints; gptq, "
                                      "awq: as 4-bit modules in those layouts")
       ->check(CLI::IsMember({"bf16", "fp8", "gptq", "awq"}));
+  app.add_flag("--fused-experts", o.fused_experts,
+               "Qwen3.5 MoE presets: each layer's experts as two 3-D tensors (experts.gate_up_proj, "
+               "experts.down_proj), as the BF16 checkpoints store them; default one tensor per expert");
   app.add_option("--out", o.out_dir, "output folder")->required();
   app.add_option("--tokenizer-from", o.tokenizer_dir,
                  "folder with tokenizer.json, tokenizer_config.json, chat_template.jinja "

@@ -92,7 +92,7 @@ int64_t validate(const GenerateRequest& request, const Model& model, bool strict
   if (n_prompt >= limit)
     throw RequestError("messages", context + "; the prompt has " + std::to_string(n_prompt) +
                                        " tokens, leaving no room to generate");
-  const size_t budget = model.limits().kv_memory_bytes, per_token = model.kv_bytes_per_token();
+  const size_t budget = kv_budget_after_state(model), per_token = model.kv_bytes_per_token();
   const int64_t budget_positions = budget > 0 && per_token > 0 ? int64_t(budget / per_token) : limit;
   if (n_prompt >= budget_positions)
     throw RequestError("messages", "the prompt has " + std::to_string(n_prompt) +

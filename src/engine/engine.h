@@ -77,6 +77,8 @@ struct QueueFull : std::runtime_error {
 struct EngineMetrics {
   int64_t requests_running = 0, requests_waiting = 0;
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0, cached_tokens_total = 0;
+  // Prompt tokens a slot held but prefilled again: a hybrid model cannot resume from KV alone.
+  int64_t recomputed_tokens_total = 0;
   int64_t requests_finished_total = 0;
   size_t kv_resident_bytes = 0, kv_budget_bytes = 0;
   // Latency histograms (seconds): bucket upper bounds and cumulative counts, Prometheus style.

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -82,8 +83,8 @@ Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptio
       vocab_size_(model.vocab_size()),
       chunk_size_(model.limits().chunk_size > 0 ? model.limits().chunk_size
                                                 : model.limits().sequence_length),
-      budget_positions_(model.limits().kv_memory_bytes > 0 && model.kv_bytes_per_token() > 0
-                            ? int64_t(model.limits().kv_memory_bytes / model.kv_bytes_per_token())
+      budget_positions_(kv_budget_after_state(model) > 0 && model.kv_bytes_per_token() > 0
+                            ? int64_t(kv_budget_after_state(model) / model.kv_bytes_per_token())
                             : INT64_MAX) {
   const int64_t n_slots = model.limits().batch_size;
   for (int64_t i = 0; i < n_slots; ++i) {
@@ -107,7 +108,12 @@ Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptio
   local_metrics_.inter_token_latency = histogram(latency);
   local_metrics_.e2e_latency = histogram(latency);
   local_metrics_.kv_budget_bytes = model.limits().kv_memory_bytes;
-  if (options_.session_cache) {
+  // A hybrid model's KV cannot resume a sequence without its recurrent state, which sessions
+  // do not keep yet: no session store, and no prefix reuse (place() recomputes).
+  if (options_.session_cache && model.has_recurrent_state())
+    log_info("session cache off: a hybrid model resumes only with its recurrent state, which "
+             "sessions do not keep yet; prompts are prefilled in full");
+  if (options_.session_cache && !model.has_recurrent_state()) {
     SessionStoreOptions store;
     std::vector<std::span<uint8_t>> probe;
     model.kv_ranges(0, 0, 1, false, probe);
@@ -371,8 +377,11 @@ int64_t Scheduler::restore_into(Slot& slot, int source, const StoredMatch& store
 // another's shorter prefix, and N conversations sharing a system prompt compute it once.
 Scheduler::Placement Scheduler::place(QueuedRequest& queued) {
   const auto& prompt = queued.request.prompt;
-  const bool use_cache = options_.session_cache && queued.request.use_session_cache;
+  const bool wants_cache = options_.session_cache && queued.request.use_session_cache;
+  const bool use_cache = wants_cache && !model_.has_recurrent_state();
   const int64_t reusable = int64_t(prompt.size()) - 1;  // the last token is computed for its logits
+  if (wants_cache && !use_cache)  // what a slot held but cannot resume without its state
+    local_metrics_.recomputed_tokens_total += best_slot_match(slots_, prompt, reusable).tokens;
   SlotMatch hot = use_cache ? best_slot_match(slots_, prompt, reusable) : SlotMatch{};
   StoredMatch stored = use_cache && store_ ? store_->find(prompt, reusable) : StoredMatch{};
   const bool from_store = stored.tokens > hot.tokens;
@@ -634,6 +643,9 @@ void Scheduler::on_logits(int slot, std::span<float> logits) {
   TokenConstraint* constraint = script ? nullptr : request.constraint.get();
   if (constraint && !constraint->mask(logits, request.max_new - request.generated))
     return constraint->complete() ? end_at_stop_token(slot) : finish(slot, FinishReason::length);
+  // Rows past the tokenizer's last id pad the embedding (Qwen3: 151,936 rows, 151,669 ids): never sampled.
+  std::fill(logits.begin() + std::min<int64_t>(tokenizer_.vocab_size(), int64_t(logits.size())),
+            logits.end(), -INFINITY);
   int32_t token = script ? (*script)[request.generated] : sampler.sample(logits);
   if (constraint) constraint->accept(token);
   StreamEvent event;

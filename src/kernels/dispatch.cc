@@ -24,7 +24,9 @@ std::array<KernelTable, 4> complete_tables() {
   for (size_t i = 1; i < t.size(); ++i)
     inherit(t[i], t[i - 1], &KernelTable::convert_f32_to_bf16, &KernelTable::convert_bf16_to_f32,
             &KernelTable::convert_f32_to_f16, &KernelTable::rmsnorm, &KernelTable::norm_rope,
-            &KernelTable::silu_mul, &KernelTable::pack_weights, &KernelTable::matmul,
+            &KernelTable::rope_partial, &KernelTable::silu_mul, &KernelTable::conv1d_silu, &KernelTable::l2norm,
+            &KernelTable::gated_rmsnorm, &KernelTable::gated_delta_step,
+            &KernelTable::gated_delta_chunk, &KernelTable::pack_weights, &KernelTable::matmul,
             &KernelTable::matmul_fp8, &KernelTable::matmul_int4,
             &KernelTable::attention_tile_rows, &KernelTable::attention_block,
             &KernelTable::attention_scratch_floats, &KernelTable::all_heads_supports,
@@ -69,8 +71,41 @@ void norm_rope(const float* x, int64_t n_heads, int64_t head_dim, const float* w
   kernel_table(active_isa()).norm_rope(x, n_heads, head_dim, weight, eps, cos, sin, out, ldo);
 }
 
+void rope_partial(float* x, int64_t n_heads, int64_t ldx, int64_t rotary_dim, const float* cos,
+                  const float* sin) {
+  kernel_table(active_isa()).rope_partial(x, n_heads, ldx, rotary_dim, cos, sin);
+}
+
 void silu_mul(const float* gate, const float* up, float* out, int64_t count) {
   kernel_table(active_isa()).silu_mul(gate, up, out, count);
+}
+
+void conv1d_silu(const float* x, int64_t n, int64_t ldx, float* window, const float* weight,
+                 int64_t taps, int64_t channels, int64_t ld, float* out, int64_t ldo) {
+  kernel_table(active_isa()).conv1d_silu(x, n, ldx, window, weight, taps, channels, ld, out, ldo);
+}
+
+void l2norm(const float* x, int64_t rows, int64_t dim, int64_t ldx, float scale, float eps,
+            float* out, int64_t ldo) {
+  kernel_table(active_isa()).l2norm(x, rows, dim, ldx, scale, eps, out, ldo);
+}
+
+void gated_rmsnorm(const float* x, const float* z, int64_t rows, int64_t dim, int64_t ldx,
+                   int64_t ldz, const float* weight, float eps, float* out, int64_t ldo) {
+  kernel_table(active_isa()).gated_rmsnorm(x, z, rows, dim, ldx, ldz, weight, eps, out, ldo);
+}
+
+void gated_delta_step(float* S, int64_t dk, int64_t dv, const float* q, const float* k,
+                      const float* v, float decay, float beta, float* out) {
+  kernel_table(active_isa()).gated_delta_step(S, dk, dv, q, k, v, decay, beta, out);
+}
+
+void gated_delta_chunk(float* S, int64_t dk, int64_t dv, const float* q, const float* k,
+                       int64_t ldqk, const float* v, int64_t ldv, const float* g,
+                       const float* beta, int64_t ldg, int64_t n, float* out, int64_t ldo,
+                       float* scratch) {
+  kernel_table(active_isa()).gated_delta_chunk(S, dk, dv, q, k, ldqk, v, ldv, g, beta, ldg, n,
+                                               out, ldo, scratch);
 }
 
 PackedWeights pack_weights(const bf16* w, int64_t n, int64_t k, Isa isa) {

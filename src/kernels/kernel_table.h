@@ -24,7 +24,23 @@ using RmsnormFn = void(const float* x, int64_t rows, int64_t dim, int64_t ldx, c
                        float eps, float* out, int64_t ldo);
 using NormRopeFn = void(const float* x, int64_t n_heads, int64_t head_dim, const float* weight,
                         float eps, const float* cos, const float* sin, float* out, int64_t ldo);
+using RopePartialFn = void(float* x, int64_t n_heads, int64_t ldx, int64_t rotary_dim,
+                           const float* cos, const float* sin);
 using SiluMulFn = void(const float* gate, const float* up, float* out, int64_t count);
+using Conv1dSiluFn = void(const float* x, int64_t n, int64_t ldx, float* window,
+                          const float* weight, int64_t taps, int64_t channels, int64_t ld,
+                          float* out, int64_t ldo);
+using L2normFn = void(const float* x, int64_t rows, int64_t dim, int64_t ldx, float scale,
+                      float eps, float* out, int64_t ldo);
+using GatedRmsnormFn = void(const float* x, const float* z, int64_t rows, int64_t dim,
+                            int64_t ldx, int64_t ldz, const float* weight, float eps, float* out,
+                            int64_t ldo);
+using GatedDeltaStepFn = void(float* S, int64_t dk, int64_t dv, const float* q, const float* k,
+                              const float* v, float decay, float beta, float* out);
+using GatedDeltaChunkFn = void(float* S, int64_t dk, int64_t dv, const float* q, const float* k,
+                               int64_t ldqk, const float* v, int64_t ldv, const float* g,
+                               const float* beta, int64_t ldg, int64_t n, float* out,
+                               int64_t ldo, float* scratch);
 // out.data in the tier's private layout (out.n, k and isa are already set).
 using PackWeightsFn = void(const bf16* w, int64_t n, int64_t k, PackedWeights& out);
 using MatmulFn = void(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,
@@ -80,7 +96,13 @@ struct KernelTable {
   ConvertF32ToF16Fn* convert_f32_to_f16;
   RmsnormFn* rmsnorm;
   NormRopeFn* norm_rope;
+  RopePartialFn* rope_partial;
   SiluMulFn* silu_mul;
+  Conv1dSiluFn* conv1d_silu;
+  L2normFn* l2norm;
+  GatedRmsnormFn* gated_rmsnorm;
+  GatedDeltaStepFn* gated_delta_step;
+  GatedDeltaChunkFn* gated_delta_chunk;
   PackWeightsFn* pack_weights;
   MatmulFn* matmul;
   // FP8 weights, any number of rows, each row with the same arithmetic whatever the count:

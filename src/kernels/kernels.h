@@ -125,8 +125,56 @@ void rope_angles(int64_t pos, const float* inv_freq, int64_t half, float* cos, f
 void norm_rope(const float* x, int64_t n_heads, int64_t head_dim, const float* weight, float eps,
                const float* cos, const float* sin, float* out, int64_t ldo);
 
+// Rotate-half RoPE on the first rotary_dim dims of each head, in place (Qwen3.5's partial
+// RoPE: pairs (d, d + rotary_dim / 2); the other dims pass through). Heads at stride ldx.
+void rope_partial(float* x, int64_t n_heads, int64_t ldx, int64_t rotary_dim, const float* cos,
+                  const float* sin);
+
 // out[i] = silu(gate[i]) * up[i]
 void silu_mul(const float* gate, const float* up, float* out, int64_t count);
+
+// ---- Gated DeltaNet (Qwen3.5 linear attention), all FP32 ----
+
+constexpr int64_t kMaxConvTaps = 8;          // the longest causal convolution conv1d_silu takes
+constexpr int64_t kMaxDeltaHeadDim = 256;    // the widest value head gated_delta_step takes
+constexpr int64_t kDeltaChunk = 64;          // tokens per chunk of gated_delta_chunk
+
+// Causal depthwise convolution and SiLU over n consecutive tokens of one sequence, `channels`
+// channels: out[t][c] = silu(sum_j weight[j][c] * in(t - taps + 1 + j)[c]), where in(t) is
+// x[t] for t >= 0 and the window's rows before that. window [taps - 1][ld] holds the last
+// taps - 1 inputs (oldest first) and is updated to those after token n - 1; weight [taps][ld]
+// (tap taps - 1 multiplies the current token). Rows of x and out at strides ldx and ldo.
+void conv1d_silu(const float* x, int64_t n, int64_t ldx, float* window, const float* weight,
+                 int64_t taps, int64_t channels, int64_t ld, float* out, int64_t ldo);
+
+// out[r][:] = x[r][:] / sqrt(sum(x[r]^2) + eps) * scale, for r < rows (may alias).
+void l2norm(const float* x, int64_t rows, int64_t dim, int64_t ldx, float scale, float eps,
+            float* out, int64_t ldo);
+
+// The GDN output norm: out[r][:] = weight * x[r] / rms(x[r]) * silu(z[r]), for r < rows (the
+// weight as stored, no +1).
+void gated_rmsnorm(const float* x, const float* z, int64_t rows, int64_t dim, int64_t ldx,
+                   int64_t ldz, const float* weight, float eps, float* out, int64_t ldo);
+
+// One token of the gated delta rule on one value head's state S [dk][dv]:
+//   S = decay * S;  e = v - S^T k;  S += k (beta e)^T;  out = S^T q.   dv <= kMaxDeltaHeadDim.
+void gated_delta_step(float* S, int64_t dk, int64_t dv, const float* q, const float* k,
+                      const float* v, float decay, float beta, float* out);
+
+// The same for n <= kDeltaChunk consecutive tokens at once, in the chunked (WY) form: with
+// gamma the running sum of the log-decays g, A = strict_lower(diag(beta) K K^T * exp(gamma_t -
+// gamma_s)), U = (I + A)^-1 diag(beta) V, W = (I + A)^-1 diag(beta exp(gamma)) K, V' = U - W S:
+//   out = (Q exp(gamma)) S + ((Q K^T) * exp(gamma_t - gamma_s), s <= t) V'
+//   S   = exp(gamma_last) S + (K exp(gamma_last - gamma))^T V'
+// Token t's q and k at q + t ldqk and k + t ldqk, v at v + t ldv, g and beta at t ldg, out at
+// out + t ldo. scratch: gated_delta_chunk_scratch_floats(dk, dv).
+void gated_delta_chunk(float* S, int64_t dk, int64_t dv, const float* q, const float* k,
+                       int64_t ldqk, const float* v, int64_t ldv, const float* g,
+                       const float* beta, int64_t ldg, int64_t n, float* out, int64_t ldo,
+                       float* scratch);
+inline size_t gated_delta_chunk_scratch_floats(int64_t dk, int64_t dv) {
+  return size_t(kDeltaChunk * (1 + 2 * kDeltaChunk + dk + dv + 16));
+}
 
 // ---- matrix products: weights BF16, inputs BF16, accumulation FP32 ----
 

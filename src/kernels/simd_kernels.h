@@ -1,5 +1,5 @@
 #pragma once
-// The kernel table of a SIMD tier: the shared templates (simd_elementwise.h,
+// The kernel table of a SIMD tier: the shared templates (simd_elementwise.h, simd_gdn.h,
 // simd_attention_prefill.h, simd_attention_decode.h) instantiated for its vector traits V, plus
 // the tier's own matrix products (BF16, and FP8 for any number of rows). Included by the tier's table.cc, so the templates are
 // compiled with the tier's flags.
@@ -8,6 +8,7 @@
 #include "kernels/simd_attention_prefill.h"
 #include "kernels/simd_elementwise.h"
 #include "kernels/simd_fp8.h"
+#include "kernels/simd_gdn.h"
 
 namespace ellm::simd {
 
@@ -20,7 +21,13 @@ constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul
       .convert_f32_to_f16 = convert_f32_to_f16<V>,
       .rmsnorm = rmsnorm<V>,
       .norm_rope = norm_rope<V>,
+      .rope_partial = nullptr,
       .silu_mul = silu_mul<V>,
+      .conv1d_silu = conv1d_silu<V>,
+      .l2norm = l2norm<V>,
+      .gated_rmsnorm = gated_rmsnorm<V>,
+      .gated_delta_step = gated_delta_step<V>,
+      .gated_delta_chunk = gated_delta_chunk<V>,
       .pack_weights = pack_weights,
       .matmul = matmul,
       .matmul_fp8 = matmul_fp8,

@@ -1,8 +1,13 @@
 #pragma once
-// config.json of a Hugging Face Qwen3 (dense) or Qwen3-MoE model.
+// config.json of a Hugging Face Qwen3 (dense) or Qwen3-MoE model, or of the hybrid Qwen3.5 /
+// Qwen3.6 / Qwen3.8 generation (model_type qwen3_5, qwen3_5_moe: the text_config of the
+// vision-language wrapper; qwen3_5_moe_text: flat), whose layers are Gated DeltaNet or gated
+// full attention (../shared/QWEN35.md).
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "kernels/kernels.h"
 
 namespace ellm {
 
@@ -13,7 +18,8 @@ struct Int4Quantization {
 };
 
 struct ModelConfig {
-  std::string architecture;  // Qwen3ForCausalLM or Qwen3MoeForCausalLM
+  std::string architecture;  // Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3_5...
+  std::string model_type;    // qwen3, qwen3_moe, qwen3_5, qwen3_5_moe, qwen3_5_moe_text
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t num_hidden_layers = 0;
@@ -38,17 +44,36 @@ struct ModelConfig {
   std::string quant_method;
   Int4Quantization int4;
 
+  // Hybrid models (Qwen3.5+). linear_attention[l]: layer l is Gated DeltaNet, else gated full
+  // attention (q_proj per head [query | gate]); empty for Qwen3. Every RMSNorm but the GDN
+  // output norm applies its weight as (1 + w).
+  std::vector<bool> linear_attention;
+  int64_t linear_num_key_heads = 0, linear_num_value_heads = 0;
+  int64_t linear_key_head_dim = 0, linear_value_head_dim = 0;
+  int64_t linear_conv_kernel_dim = 0;
+  double partial_rotary_factor = 1.0;  // RoPE on the first head_dim * factor dims only
+  int64_t shared_expert_intermediate_size = 0;  // sigmoid-gated shared expert (0: none)
+
   bool is_moe_layer(int64_t layer) const;
   bool is_moe() const { return num_experts > 0; }
   int64_t q_dim() const { return num_attention_heads * head_dim; }
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }
+  bool is_hybrid() const { return !linear_attention.empty(); }
+  bool is_linear_layer(int64_t layer) const { return is_hybrid() && linear_attention[layer]; }
+  int64_t rotary_dim() const { return int64_t(double(head_dim) * partial_rotary_factor); }
+  // Gated DeltaNet: the conv channels (q | k | v) and the value width (z, the output).
+  int64_t conv_dim() const {
+    return 2 * linear_num_key_heads * linear_key_head_dim + linear_num_value_heads * linear_value_head_dim;
+  }
+  int64_t linear_value_dim() const { return linear_num_value_heads * linear_value_head_dim; }
 };
 
 // Parses and validates JSON text; `where` names the file in error messages.
 ModelConfig parse_model_config(const std::string& json_text, const std::string& where);
 // Reads <model_dir>/config.json.
 ModelConfig load_model_config(const std::string& model_dir);
-// The config.json text for a config (the keys Hugging Face writes); the special token ids only
+// The config.json text for a config (the keys Hugging Face writes; Qwen3.5 as its
+// vision-language wrapper with the text_config nested); the special token ids only
 // when given (>= 0): they come from the tokenizer files.
 std::string model_config_json(const ModelConfig& config, int32_t bos_token_id = -1,
                               int32_t eos_token_id = -1);

@@ -74,10 +74,17 @@ class Model {
   // Drops the open pass; the KV its tokens were writing is garbage.
   virtual void cancel_pass() = 0;
 
-  // Gives a slot's KV pages from `from_position` on back to the OS.
+  // Gives a slot's KV pages from `from_position` on back to the OS (a hybrid model's slot can
+  // then only start over, unless from_position is past its end).
   virtual void release_kv(int slot, int64_t from_position) = 0;
   virtual size_t kv_resident_bytes() const = 0;
   virtual size_t kv_bytes_per_token() const = 0;
+  // Hybrid models (Qwen3.5+) carry, per slot, a fixed-size recurrent state beside the KV (the
+  // Gated DeltaNet layers'). It folds in the whole prefix, so a slot's KV alone cannot resume
+  // a sequence: a pass may continue a slot only where its last pass ended, or start it over
+  // at position 0 (which resets the state); anything else throws.
+  virtual bool has_recurrent_state() const { return false; }
+  virtual size_t state_bytes_per_slot() const { return 0; }
   virtual size_t weight_bytes() const = 0;
 
   // A slot's KV for positions [begin, end) as the byte ranges holding it: for each layer its K
@@ -95,5 +102,13 @@ class Model {
   // Reports every later pass to `sink` (nullptr: to none); the sink must outlive its use.
   virtual void set_profile_sink(ProfileSink* sink) {}
 };
+
+// The --kv-memory budget left for KV rows once every slot's recurrent state is counted (0: no
+// budget set).
+inline size_t kv_budget_after_state(const Model& model) {
+  const size_t budget = model.limits().kv_memory_bytes;
+  const size_t state = model.state_bytes_per_slot() * size_t(model.limits().batch_size);
+  return budget == 0 ? 0 : budget > state ? budget - state : 1;
+}
 
 }  // namespace ellm

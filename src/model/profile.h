@@ -23,6 +23,11 @@ enum class Op {
   moe_experts,
   moe_combine,
   lm_head,
+  gdn_conv,   // Gated DeltaNet: causal conv + SiLU
+  gdn_gates,  // L2 norms of q and k, beta and g
+  gdn_delta,  // the delta rule
+  gdn_norm,   // the gated output norm
+  gate_mul,   // gated attention: o * sigmoid(gate)
   count
 };
 
@@ -42,7 +47,10 @@ class OpProfiler {
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     static const char* names[] = {"embed",   "kv_commit", "norm",       "qkv",         "qk_norm_rope",
                                   "attention", "o_proj", "gate_up",    "silu_mul",    "down",
-                                  "moe_router", "moe_experts", "moe_combine", "lm_head"};
+                                  "moe_router", "moe_experts", "moe_combine", "lm_head",
+                                  "gdn_conv",  "gdn_gates",   "gdn_delta",   "gdn_norm",
+                                  "gate_mul"};
+    static_assert(sizeof(names) / sizeof(names[0]) == size_t(Op::count));
     bool gemm = op == Op::qkv || op == Op::o_proj || op == Op::gate_up || op == Op::down ||
                 op == Op::moe_experts || op == Op::lm_head;
     sink_->op(names[size_t(op)], gemm, seconds, flops, bytes);

@@ -40,17 +40,41 @@ Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
                           limits_.quantize_int4);
   fingerprint_ = model_fingerprint(model_dir) ^ (limits_.quantize_fp8 ? 0xf8f8f8f8f8f8f8f8ull : 0) ^
                  (limits_.quantize_int4 ? 0x4444444444444444ull : 0);
-  kv_ = KvCache(config_.num_hidden_layers, limits_.batch_size, config_.num_key_value_heads,
-                limits_.sequence_length, config_.head_dim);
+  // KV for the full-attention layers; a hybrid model's Gated DeltaNet layers keep a state.
+  int64_t n_full = 0, n_linear = 0;
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    const bool linear = config_.is_linear_layer(l);
+    kv_layer_.push_back(linear ? -1 : n_full++);
+    gdn_layer_.push_back(linear ? n_linear++ : -1);
+  }
+  kv_ = KvCache(n_full, limits_.batch_size, config_.num_key_value_heads, limits_.sequence_length,
+                config_.head_dim);
+  if (config_.is_hybrid()) {
+    state_ = GdnState(n_linear, limits_.batch_size, config_.linear_conv_kernel_dim,
+                      config_.conv_dim(), config_.linear_num_value_heads,
+                      config_.linear_key_head_dim, config_.linear_value_head_dim);
+    state_end_.assign(size_t(limits_.batch_size), 0);
+    const size_t all_slots = state_.bytes_per_slot() * size_t(limits_.batch_size);
+    if (limits_.kv_memory_bytes > 0 && all_slots >= limits_.kv_memory_bytes)
+      fail("--kv-memory", format_bytes(double(limits_.kv_memory_bytes)) + " cannot hold the " +
+                              "recurrent state of " + std::to_string(limits_.batch_size) +
+                              " slots (" + format_bytes(double(all_slots)) + "), let alone KV");
+    if (all_slots + weights_.bytes > physical_memory_bytes())
+      fail("--batch-size", "the recurrent state of " + std::to_string(limits_.batch_size) +
+                               " slots (" + format_bytes(double(all_slots)) +
+                               ") and the weights do not fit in RAM");
+  }
 
-  // HF: inv_freq = 1 / theta^(arange(0, d, 2) / d), in FP32.
-  const int64_t hd = config_.head_dim;
-  for (int64_t i = 0; i < hd / 2; ++i)
-    inv_freq_.push_back(1.0f / std::pow(float(config_.rope_theta), float(2 * i) / float(hd)));
+  // HF: inv_freq = 1 / theta^(arange(0, d, 2) / d) over the d rotary dims, in FP32.
+  const int64_t hd = config_.head_dim, rd = config_.rotary_dim();
+  for (int64_t i = 0; i < rd / 2; ++i)
+    inv_freq_.push_back(1.0f / std::pow(float(config_.rope_theta), float(2 * i) / float(rd)));
+  // Qwen3 attends to q inside the qkv rows; Qwen3.5's q leaves its gates there (act_.q).
   attention_shape_ = {config_.num_attention_heads,
                       config_.num_key_value_heads,
                       hd,
-                      /*ldq=*/config_.q_dim() + 2 * config_.kv_dim(),
+                      /*ldq=*/config_.is_hybrid() ? config_.q_dim()
+                                                  : config_.q_dim() + 2 * config_.kv_dim(),
                       /*ldo=*/config_.q_dim(),
                       kv_.row_stride(),
                       1.0f / std::sqrt(float(hd))};
@@ -64,15 +88,24 @@ Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
       model_dir.c_str(), seconds, isa_name(active_isa()), team_.size(), format_bytes(double(weights_.bytes)).c_str(),
       format_bytes(double(process_resident_bytes())).c_str(), format_bytes(double(kv_.reserved_bytes())).c_str(),
       format_bytes(double(kv_.bytes_per_token())).c_str());
-  log_info(line);
+  std::string message = line;
+  if (config_.is_hybrid())
+    message += ", recurrent state " + format_bytes(double(state_.bytes_per_slot())) + " per slot (" +
+               std::to_string(n_linear) + " Gated DeltaNet layers, KV in " + std::to_string(n_full) + ")";
+  log_info(message);
 }
 
 void Qwen3Model::plan_activations() {
   const ModelConfig& c = config_;
   const size_t T = size_t(max_tokens_), B = size_t(limits_.batch_size);
   const size_t H = size_t(c.hidden_size), Q = size_t(c.q_dim());
-  const size_t W = Q + 2 * size_t(c.kv_dim()),
+  const size_t W = (c.is_hybrid() ? 2 * Q : Q) + 2 * size_t(c.kv_dim()),
                F = size_t(std::max<int64_t>(c.intermediate_size, 0));
+  const size_t CD = size_t(c.conv_dim()), VD = size_t(c.linear_value_dim());
+  const size_t HV = size_t(c.linear_num_value_heads), FS = size_t(c.shared_expert_intermediate_size);
+  const size_t delta_scratch =
+      c.is_hybrid() ? gated_delta_chunk_scratch_floats(c.linear_key_head_dim, c.linear_value_head_dim)
+                    : 0;
   const size_t E = size_t(c.num_experts), K = size_t(c.num_experts_per_tok);
   const size_t FE = size_t(c.moe_intermediate_size), TK = T * K;
   size_t scratch =
@@ -94,7 +127,7 @@ void Qwen3Model::plan_activations() {
     carve(act_.step_rope_cos, B * size_t(c.head_dim / 2));
     carve(act_.step_rope_sin, B * size_t(c.head_dim / 2));
     carve(act_.xn, T * H);
-    carve(act_.xb, T * std::max({H, Q, F, FE}));
+    carve(act_.xb, T * std::max({H, Q, F, FE, VD, FS}));
     carve(act_.qkv, T * W);
     carve(act_.rope_cos, T * size_t(c.head_dim / 2));
     carve(act_.rope_sin, T * size_t(c.head_dim / 2));
@@ -112,6 +145,16 @@ void Qwen3Model::plan_activations() {
     carve(act_.moe_act, TK * FE);
     carve(act_.moe_act_b, TK * FE);
     carve(act_.moe_out, TK * H);
+    carve(act_.q, c.is_hybrid() ? T * Q : 0);
+    carve(act_.gdn_qkvz, T * (CD + VD));
+    carve(act_.gdn_ba, T * 2 * HV);
+    carve(act_.gdn_u, T * CD);
+    carve(act_.gdn_g, T * HV);
+    carve(act_.gdn_beta, T * HV);
+    carve(act_.gdn_o, T * VD);
+    carve(act_.delta_scratch, size_t(team_.size()) * delta_scratch);
+    carve(act_.shared_gate_up, T * 2 * FS);
+    carve(act_.shared_out, FS ? T * H : 0);
     if (pass == 0) {
       act_.region = VirtualRegion(offset + kAlign);
       base = act_.region.data();
@@ -120,8 +163,12 @@ void Qwen3Model::plan_activations() {
   act_.seqs.resize(T);
   act_.want_rows.resize(T);
   act_.expert_rows.resize(E + 1);
+  act_.runs.resize(T);
+  act_.first_runs.resize(T);
   pass_.tokens.reserve(T);
   pass_.has_slot.assign(B, 0);
+  claim_end_.assign(B, 0);
+  claim_reset_.assign(B, 0);
 }
 
 void Qwen3Model::validate(std::span<const BatchToken> tokens) const {
@@ -158,22 +205,69 @@ void Qwen3Model::forward(std::span<const BatchToken> tokens, float* logits) {
     if (pass_.has_slot[t.slot])
       fail("forward", "slot " + std::to_string(t.slot) + " is in the pass in progress");
   if (tokens.empty()) return;
+  claim_state(tokens);
   PassRows rows{tokens, act_.step_x, act_.step_rope_cos, act_.step_rope_sin};
-  commit_and_embed(rows);
-  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) layer(l, rows);
-  lm_head(rows, logits);
+  try {
+    commit_and_embed(rows);
+    for (int64_t l = 0; l < config_.num_hidden_layers; ++l) layer(l, rows);
+    lm_head(rows, logits);
+  } catch (...) {
+    forget_state(tokens);
+    throw;
+  }
   report_pass();
+}
+
+void Qwen3Model::claim_state(std::span<const BatchToken> tokens) {
+  if (!config_.is_hybrid()) return;
+  // Check every token first: a refused pass leaves every state as it was.
+  std::copy(state_end_.begin(), state_end_.end(), claim_end_.begin());
+  std::fill(claim_reset_.begin(), claim_reset_.end(), 0);
+  for (const BatchToken& t : tokens) {
+    int64_t& end = claim_end_[t.slot];
+    if (t.position == 0) {
+      claim_reset_[t.slot] = 1;
+    } else if (t.position != end) {
+      fail("forward", "slot " + std::to_string(t.slot) + " continues at position " +
+                          std::to_string(t.position) + " but its recurrent state " +
+                          (end < 0 ? std::string("is not valid") : "ends at " + std::to_string(end)) +
+                          ": a hybrid model resumes a sequence only with its state");
+    }
+    end = t.position + 1;
+  }
+  for (int64_t slot = 0; slot < limits_.batch_size; ++slot) {
+    if (claim_reset_[slot]) state_.reset(slot);
+    state_end_[slot] = claim_end_[slot];
+  }
+}
+
+void Qwen3Model::forget_state(std::span<const BatchToken> tokens) {
+  if (!config_.is_hybrid()) return;
+  for (const BatchToken& t : tokens) state_end_[t.slot] = -1;
+}
+
+void Qwen3Model::cancel_pass() {
+  if (pass_.open) forget_state(pass_.tokens);
+  pass_.open = false;
 }
 
 void Qwen3Model::begin_pass(std::span<const BatchToken> tokens) {
   if (pass_.open) fail("begin_pass", "a pass is already in progress");
   validate(tokens);
+  claim_state(tokens);
   pass_.tokens.assign(tokens.begin(), tokens.end());
   std::fill(pass_.has_slot.begin(), pass_.has_slot.end(), 0);
   for (const BatchToken& t : tokens) pass_.has_slot[t.slot] = 1;
   pass_.layer = pass_.row = 0;
   pass_.open = !tokens.empty();
-  if (pass_.open) commit_and_embed({pass_.tokens, act_.x, act_.rope_cos, act_.rope_sin});
+  if (pass_.open) {
+    try {
+      commit_and_embed({pass_.tokens, act_.x, act_.rope_cos, act_.rope_sin});
+    } catch (...) {
+      cancel_pass();
+      throw;
+    }
+  }
 }
 
 bool Qwen3Model::run_part(int64_t max_rows, float* logits) {
@@ -194,7 +288,7 @@ bool Qwen3Model::run_part(int64_t max_rows, float* logits) {
     if (pass_.layer < config_.num_hidden_layers) return false;
     lm_head({pass_.tokens, act_.x, act_.rope_cos, act_.rope_sin}, logits);
   } catch (...) {
-    pass_.open = false;
+    cancel_pass();
     throw;
   }
   pass_.open = false;
@@ -207,6 +301,7 @@ bool Qwen3Model::run_part(int64_t max_rows, float* logits) {
 void Qwen3Model::commit_and_embed(const PassRows& r) {
   const std::span<const BatchToken> tokens = r.tokens;
   const int64_t n = int64_t(tokens.size()), H = config_.hidden_size, half = config_.head_dim / 2;
+  const int64_t rotary_half = config_.rotary_dim() / 2;
   for (const BatchToken& t : tokens) kv_.note_written(t.slot, t.position + 1);
   profiler_.time(Op::kv_commit, 0, 0, [&] {
     for (int64_t t = 0; t < n; ++t)  // the last token of each run of one slot
@@ -217,7 +312,7 @@ void Qwen3Model::commit_and_embed(const PassRows& r) {
     rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         convert_bf16_to_f32(weights_.embedding + int64_t(tokens[t].token) * H, r.x + t * H, H);
-        rope_angles(tokens[t].position, inv_freq_.data(), half, r.rope_cos + t * half,
+        rope_angles(tokens[t].position, inv_freq_.data(), rotary_half, r.rope_cos + t * half,
                     r.rope_sin + t * half);
       }
     });
@@ -229,12 +324,17 @@ void Qwen3Model::commit_and_embed(const PassRows& r) {
 void Qwen3Model::layer(int64_t l, const PassRows& r) {
   const LayerWeights& L = weights_.layers[l];
   const int64_t n = int64_t(r.tokens.size());
-  attention_block(l, r);
-  norm_to_bf16(L.post_attention_norm.get(), r.x, n);
-  if (L.is_moe)
-    moe_block(L.moe, r.x, n);
+  if (L.is_linear)
+    gdn_block(l, r);
   else
+    attention_block(l, r);
+  norm_to_bf16(L.post_attention_norm.get(), r.x, n);
+  if (L.is_moe) {
+    moe_block(L.moe, r.x, n);
+    if (L.moe.has_shared) shared_expert(L.moe, r.x, n);
+  } else {
     mlp_block(L.mlp, r.x, n);
+  }
 }
 
 void Qwen3Model::report_pass() {
@@ -265,37 +365,22 @@ void Qwen3Model::norm_to_bf16(const float* weight, const float* x, int64_t n) {
 }
 
 // x = x + o_proj(attention(rope(q_norm(q)), rope(k_norm(k)), v)),
-// with q, k, v = input_layernorm(x) @ [Wq; Wk; Wv]^T.
+// with q, k, v = input_layernorm(x) @ [Wq; Wk; Wv]^T (Qwen3.5: times sigmoid(gate) before o_proj).
 void Qwen3Model::attention_block(int64_t layer, const PassRows& r) {
   const std::span<const BatchToken> tokens = r.tokens;
   const LayerWeights& L = weights_.layers[layer];
   const ModelConfig& c = config_;
   const int64_t n = int64_t(tokens.size()), H = c.hidden_size, hd = c.head_dim;
-  const int64_t Q = c.q_dim(), KV = c.kv_dim(), W = Q + 2 * KV;
-  const float eps = float(c.rms_norm_eps);
+  const int64_t Q = c.q_dim(), W = L.qkv.n, kv_layer = kv_layer_[layer];
+  const bool gated = c.is_hybrid();
 
   norm_to_bf16(L.input_norm.get(), r.x, n);
-  // qkv = xb @ Wqkv^T                                              qkv: [n][Q + 2 KV]
+  // qkv = xb @ Wqkv^T                                   qkv: [n][Q + 2 KV]  (Qwen3.5: [n][2 Q + 2 KV])
   gemm(Op::qkv, act_.xb, n, H, L.qkv, act_.qkv, W, false);
-
-  // Per token: q = rope(q_norm(q)) and k = rope(k_norm(k)) in place; k and v into the cache.
-  profiler_.time(Op::qk_norm_rope, 0, 0, [&] {
-    rows(n, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        float* q = act_.qkv + t * W;  // [n_heads][hd]
-        float* k = q + Q;             // [n_kv_heads][hd]
-        float* v = k + KV;            // [n_kv_heads][hd]
-        const float* cos = r.rope_cos + t * (hd / 2);
-        const float* sin = r.rope_sin + t * (hd / 2);
-        f16* k_cache = kv_.k(layer, tokens[t].slot) + tokens[t].position * KV;  // [n_kv_heads][hd]
-        f16* v_cache = kv_.v(layer, tokens[t].slot) + tokens[t].position * KV;
-        norm_rope(q, c.num_attention_heads, hd, L.q_norm.get(), eps, cos, sin, q, hd);
-        norm_rope(k, c.num_key_value_heads, hd, L.k_norm.get(), eps, cos, sin, k, hd);
-        convert_f32_to_f16(k, k_cache, KV);
-        convert_f32_to_f16(v, v_cache, KV);
-      }
-    });
-  });
+  if (gated)
+    gated_qk_norm_rope_to_cache(layer, r);
+  else
+    qk_norm_rope_to_cache(layer, r);
 
   // Causal GQA attention, one sequence per run of consecutive tokens of one slot.
   int64_t n_seqs = 0;
@@ -305,12 +390,12 @@ void Qwen3Model::attention_block(int64_t layer, const PassRows& r) {
       ++act_.seqs[n_seqs - 1].n_q;
       continue;
     }
-    act_.seqs[n_seqs++] = {act_.qkv + t * W,
+    act_.seqs[n_seqs++] = {gated ? act_.q + t * Q : act_.qkv + t * W,
                            act_.attn + t * Q,
                            1,
                            tokens[t].position,
-                           kv_.k(layer, tokens[t].slot),
-                           kv_.v(layer, tokens[t].slot)};
+                           kv_.k(kv_layer, tokens[t].slot),
+                           kv_.v(kv_layer, tokens[t].slot)};
   }
   // Work: QK^T and PV over each query's causal context; bytes: each sequence's K and V once.
   double attention_flops = 0, kv_bytes = 0;
@@ -327,12 +412,39 @@ void Qwen3Model::attention_block(int64_t layer, const PassRows& r) {
       attention(act_.seqs.data(), n_seqs, attention_shape_, act_.attention_scratch, m, nm);
     });
   });
+  if (gated) apply_output_gate(r);
 
   // x = x + attn @ Wo^T                                         attn: [n][Q]
   rows(n, [&](int64_t begin, int64_t end) {
     convert_f32_to_bf16(act_.attn + begin * Q, act_.xb + begin * Q, (end - begin) * Q);
   });
   gemm(Op::o_proj, act_.xb, n, Q, L.o_proj, r.x, H, true);
+}
+
+// Per token: q = rope(q_norm(q)) and k = rope(k_norm(k)) in place; k and v into the cache.
+void Qwen3Model::qk_norm_rope_to_cache(int64_t layer, const PassRows& r) {
+  const LayerWeights& L = weights_.layers[layer];
+  const ModelConfig& c = config_;
+  const int64_t hd = c.head_dim, Q = c.q_dim(), KV = c.kv_dim(), W = Q + 2 * KV;
+  const float eps = float(c.rms_norm_eps);
+  profiler_.time(Op::qk_norm_rope, 0, 0, [&] {
+    rows(int64_t(r.tokens.size()), [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        float* q = act_.qkv + t * W;  // [n_heads][hd]
+        float* k = q + Q;             // [n_kv_heads][hd]
+        float* v = k + KV;            // [n_kv_heads][hd]
+        const float* cos = r.rope_cos + t * (hd / 2);
+        const float* sin = r.rope_sin + t * (hd / 2);
+        const BatchToken& token = r.tokens[t];
+        f16* k_cache = kv_.k(layer, token.slot) + token.position * KV;  // [n_kv_heads][hd]
+        f16* v_cache = kv_.v(layer, token.slot) + token.position * KV;
+        norm_rope(q, c.num_attention_heads, hd, L.q_norm.get(), eps, cos, sin, q, hd);
+        norm_rope(k, c.num_key_value_heads, hd, L.k_norm.get(), eps, cos, sin, k, hd);
+        convert_f32_to_f16(k, k_cache, KV);
+        convert_f32_to_f16(v, v_cache, KV);
+      }
+    });
+  });
 }
 
 // x = x + down(silu(gate(xb)) * up(xb))                   xb: [n][H] = post_attention_layernorm(x)
@@ -377,12 +489,20 @@ void Qwen3Model::kv_ranges(int slot, int64_t begin, int64_t end, bool for_write,
   if (for_write && end > 0) {
     kv_.commit(slot, end, team_);
     kv_.note_written(slot, end);
+    if (config_.is_hybrid()) state_end_[slot] = -1;  // KV written without its state
   }
   kv_.ranges(slot, begin, end, out);
 }
 
 // Bump the version whenever the KV rows' meaning changes (dtype, RoPE, row layout).
 std::string Qwen3Model::kv_format() const {
+  if (config_.is_hybrid())  // KV of the full-attention layers only, RoPE on the rotary dims
+    return "qwen35-kv v1 f16 layers=" + std::to_string(config_.num_hidden_layers) +
+           " full=" + std::to_string(kv_.bytes_per_token() / (2 * sizeof(f16) * size_t(config_.kv_dim()))) +
+           " kv_heads=" + std::to_string(config_.num_key_value_heads) +
+           " head_dim=" + std::to_string(config_.head_dim) +
+           " rotary=" + std::to_string(config_.rotary_dim()) +
+           " rope_theta=" + std::to_string(config_.rope_theta);
   return "qwen3-kv v1 f16 layers=" + std::to_string(config_.num_hidden_layers) +
          " kv_heads=" + std::to_string(config_.num_key_value_heads) +
          " head_dim=" + std::to_string(config_.head_dim) + " rope_theta=" + std::to_string(config_.rope_theta);
@@ -392,6 +512,7 @@ void Qwen3Model::release_kv(int slot, int64_t from_position) {
   if (slot < 0 || slot >= limits_.batch_size)
     fail("release_kv", "slot " + std::to_string(slot) + " does not exist");
   kv_.release(slot, std::max<int64_t>(from_position, 0));
+  if (config_.is_hybrid() && from_position < state_end_[slot]) state_end_[slot] = -1;
 }
 
 }  // namespace ellm

@@ -1,6 +1,8 @@
 #pragma once
 // The Qwen3 / Qwen3-MoE forward pass (Hugging Face modeling_qwen3.py, modeling_qwen3_moe.py)
-// over the static KV cache, with every activation buffer planned at load.
+// over the static KV cache, with every activation buffer planned at load; and the hybrid
+// Qwen3.5 generation (modeling_qwen3_5.py), whose Gated DeltaNet layers, gated attention and
+// shared expert are in qwen35.cc.
 #include <atomic>
 #include <cstdint>
 #include <span>
@@ -11,12 +13,19 @@
 #include "base/threads.h"
 #include "kernels/kernels.h"
 #include "model/config.h"
+#include "model/gdn_state.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/profile.h"
 #include "model/weights.h"
 
 namespace ellm {
+
+// Consecutive tokens [begin, begin + count) of one slot in a pass; `next` is the slot's next
+// run in the same pass (-1: none).
+struct SlotRun {
+  int32_t slot, begin, count, next;
+};
 
 // Activation buffers for passes of up to max_tokens tokens, carved from one virtual
 // reservation: pages commit as a pass first touches them, so the plan for a long
@@ -50,6 +59,21 @@ struct Activations {
   float* moe_act;            // [T * top_k][moe_ffn]
   bf16* moe_act_b;           // [T * top_k][moe_ffn]
   float* moe_out;            // [T * top_k][hidden]
+  // Qwen3.5 gated attention: the normed, rotated queries, apart from their gates.
+  float* q;                  // [T][q_dim]
+  // Qwen3.5 Gated DeltaNet (CD = conv_dim, VD = Hv dv).
+  float* gdn_qkvz;           // [T][CD + VD]  in_proj_qkv | in_proj_z
+  float* gdn_ba;             // [T][2 Hv]     in_proj_b | in_proj_a
+  float* gdn_u;              // [T][CD]       conv + SiLU: q | k | v (q, k then L2-normed)
+  float* gdn_g;              // [T][Hv]       log decay
+  float* gdn_beta;           // [T][Hv]
+  float* gdn_o;              // [T][VD]       delta-rule output, then its gated norm
+  float* delta_scratch;      // [members][gated_delta_chunk_scratch_floats]
+  std::vector<SlotRun> runs;       // [T]  runs of consecutive tokens of one slot
+  std::vector<int32_t> first_runs;  // [T]  the first run of each slot in the pass
+  // Qwen3.5 shared expert.
+  float* shared_gate_up;     // [T][2 shared_ffn]
+  float* shared_out;         // [T][hidden]
 };
 
 // The rows one part of a pass works on.
@@ -71,10 +95,12 @@ class Qwen3Model final : public Model {
   void forward(std::span<const BatchToken> tokens, float* logits) override;
   void begin_pass(std::span<const BatchToken> tokens) override;
   bool run_part(int64_t max_rows, float* logits) override;
-  void cancel_pass() override { pass_.open = false; }
+  void cancel_pass() override;
   void release_kv(int slot, int64_t from_position) override;
   size_t kv_resident_bytes() const override { return kv_.resident_bytes(); }
   size_t kv_bytes_per_token() const override { return kv_.bytes_per_token(); }
+  bool has_recurrent_state() const override { return config_.is_hybrid(); }
+  size_t state_bytes_per_slot() const override { return state_.bytes_per_slot(); }
   size_t weight_bytes() const override { return weights_.bytes; }
   void kv_ranges(int slot, int64_t begin, int64_t end, bool for_write,
                  std::vector<std::span<uint8_t>>& out) override;
@@ -84,6 +110,10 @@ class Qwen3Model final : public Model {
 
  private:
   void validate(std::span<const BatchToken> tokens) const;
+  // Hybrid models: checks that each slot of the pass continues where its state ends (or starts
+  // over at 0: then resets it), and moves the ends past the pass.
+  void claim_state(std::span<const BatchToken> tokens);
+  void forget_state(std::span<const BatchToken> tokens);
   void plan_activations();
   // fn(begin, end) on each member's share of [0, n) rows.
   template <class Fn>
@@ -108,6 +138,13 @@ class Qwen3Model final : public Model {
   void layer(int64_t l, const PassRows& rows);
   void norm_to_bf16(const float* weight, const float* x, int64_t n);
   void attention_block(int64_t layer, const PassRows& rows);
+  void qk_norm_rope_to_cache(int64_t layer, const PassRows& rows);  // Qwen3
+  // qwen35.cc: the Qwen3.5 parts.
+  void gated_qk_norm_rope_to_cache(int64_t layer, const PassRows& rows);
+  void apply_output_gate(const PassRows& rows);
+  void gdn_block(int64_t layer, const PassRows& rows);
+  int64_t find_slot_runs(std::span<const BatchToken> tokens);
+  void shared_expert(const MoeWeights& moe, float* x, int64_t n);
   void mlp_block(const SwiGluWeights& mlp, float* x, int64_t n);
   void moe_block(const MoeWeights& moe, float* x, int64_t n);
   void lm_head(const PassRows& rows, float* logits);
@@ -118,8 +155,14 @@ class Qwen3Model final : public Model {
   int64_t max_tokens_;
   ThreadTeam team_;
   ModelWeights weights_;
-  KvCache kv_;
-  std::vector<float> inv_freq_;  // [head_dim / 2]
+  KvCache kv_;                     // full-attention layers only
+  std::vector<int64_t> kv_layer_;  // [layers]  a layer's index in kv_ (-1: none)
+  GdnState state_;                 // Gated DeltaNet layers only
+  std::vector<int64_t> gdn_layer_;  // [layers]  a layer's index in state_ (-1: none)
+  std::vector<int64_t> state_end_;  // [batch]  tokens folded into a slot's state (-1: garbage)
+  std::vector<int64_t> claim_end_;  // [batch]  claim_state's scratch
+  std::vector<char> claim_reset_;   // [batch]
+  std::vector<float> inv_freq_;  // [rotary_dim / 2]
   AttentionShape attention_shape_;
   Activations act_;
   struct OpenPass {  // begin_pass .. the part that ends it

@@ -74,6 +74,24 @@ class Loader {
     return out;
   }
 
+  // A (1 + w) RMSNorm weight (Qwen3.5), as the weight the kernels multiply by.
+  Buffer<float> vector_f32_plus_one(const std::string& name, int64_t n) {
+    Buffer<float> out = vector_f32(name, n);
+    for (int64_t i = 0; i < n; ++i) out[i] += 1.0f;
+    return out;
+  }
+
+  // conv1d.weight [channels][1][taps] as [taps][channels].
+  Buffer<float> conv_weight(const std::string& name, int64_t channels, int64_t taps) {
+    const TensorInfo& t = tensor(name, {channels, 1, taps});
+    Buffer<float> out = make_buffer<float>(size_t(channels * taps));
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t j = 0; j < taps; ++j) out[j * channels + c] = element_f32(t, c * taps + j);
+    bytes_ += size_t(channels * taps) * sizeof(float);
+    done(t);
+    return out;
+  }
+
   Buffer<float> matrix_f32(const std::string& name, int64_t rows, int64_t cols) {
     const TensorInfo& t = tensor(name, {rows, cols});
     Buffer<float> out = make_buffer<float>(size_t(rows * cols));
@@ -92,12 +110,32 @@ class Loader {
     for (const std::string& name : names)
       if (is_int4_module(store_, module_of(name))) return packed_int4(names, rows, k);
     std::vector<const TensorInfo*> parts;
+    for (size_t i = 0; i < names.size(); ++i)
+      parts.push_back(&tensor(names[i], {rows[i], k}, /*allow_fp8=*/true));
+    return pack_parts(parts, k, quantizable);
+  }
+
+  // Matrix `index` of the 3-D tensor `name` [count][rows][k] (fused experts), packed alone.
+  PackedWeights packed_slice(const std::string& name, int64_t count, int64_t rows, int64_t k,
+                             int64_t index) {
+    const TensorInfo& whole = tensor(name, {count, rows, k});
+    TensorInfo part = whole;
+    const size_t bytes = size_t(rows * k) * dtype_size(whole.dtype_name);
+    part.name = name + "[" + std::to_string(index) + "]";
+    part.shape = {rows, k};
+    part.data += size_t(index) * bytes;
+    part.file_offset += size_t(index) * bytes;
+    part.bytes = bytes;
+    return pack_parts({&part}, k, true);
+  }
+
+  PackedWeights pack_parts(const std::vector<const TensorInfo*>& parts, int64_t k,
+                           bool quantizable) {
     int64_t n = 0;
     bool all_fp8 = true;
-    for (size_t i = 0; i < names.size(); ++i) {
-      parts.push_back(&tensor(names[i], {rows[i], k}, /*allow_fp8=*/true));
-      all_fp8 = all_fp8 && parts.back()->dtype == Dtype::f8_e4m3;
-      n += rows[i];
+    for (const TensorInfo* t : parts) {
+      all_fp8 = all_fp8 && t->dtype == Dtype::f8_e4m3;
+      n += t->shape[0];
     }
     PackedWeights w;
     if (quantize_int4_ && quantizable) {
@@ -337,52 +375,116 @@ class Loader {
 
 }  // namespace
 
+namespace {
+
+// A Qwen3 layer's attention, or a Qwen3.5 layer's mixer (Gated DeltaNet or gated attention):
+// the weights before post_attention_layernorm.
+void load_mixer(Loader& load, const ModelConfig& c, const std::string& p, LayerWeights& L) {
+  const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
+  if (L.is_linear) {
+    const int64_t CD = c.conv_dim(), Hv = c.linear_num_value_heads, VD = c.linear_value_dim();
+    const std::string a = p + "linear_attn.";
+    GdnWeights& G = L.gdn;
+    G.qkvz = load.packed({a + "in_proj_qkv.weight", a + "in_proj_z.weight"}, {CD, VD}, H);
+    // Qwen's FP8 checkpoints keep the small b and a projections BF16; so does quantising.
+    G.ba = load.packed({a + "in_proj_b.weight", a + "in_proj_a.weight"}, {Hv, Hv}, H,
+                       /*quantizable=*/false);
+    G.conv = load.conv_weight(a + "conv1d.weight", CD, c.linear_conv_kernel_dim);
+    G.A_log = load.vector_f32(a + "A_log", Hv);
+    G.dt_bias = load.vector_f32(a + "dt_bias", Hv);
+    G.norm = load.vector_f32(a + "norm.weight", c.linear_value_head_dim);
+    G.out_proj = load.packed({a + "out_proj.weight"}, {H}, VD);
+    return;
+  }
+  const bool gated = c.is_hybrid();  // q_proj holds [query | gate] per head
+  L.qkv = load.packed({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                       p + "self_attn.v_proj.weight"},
+                      {gated ? 2 * Q : Q, KV, KV}, H);
+  if (gated) {
+    L.q_norm = load.vector_f32_plus_one(p + "self_attn.q_norm.weight", c.head_dim);
+    L.k_norm = load.vector_f32_plus_one(p + "self_attn.k_norm.weight", c.head_dim);
+  } else {
+    L.q_norm = load.vector_f32(p + "self_attn.q_norm.weight", c.head_dim);
+    L.k_norm = load.vector_f32(p + "self_attn.k_norm.weight", c.head_dim);
+  }
+  L.o_proj = load.packed({p + "self_attn.o_proj.weight"}, {H}, Q);
+}
+
+// The MoE block: the router, the experts one tensor each (Qwen3, Qwen's FP8 checkpoints) or
+// fused into 3-D tensors (the BF16 Qwen3.5 checkpoints), and Qwen3.5's shared expert.
+void load_moe(Loader& load, const SafetensorsStore& store, const ModelConfig& c,
+              const std::string& p, int64_t l, MoeWeights& moe, size_t& expert_bytes) {
+  const int64_t H = c.hidden_size, E = c.num_experts, F = c.moe_intermediate_size;
+  if (store.find(p + "mlp.experts." + std::to_string(E) + ".gate_proj.weight"))
+    fail(store.file_for(p + "mlp.gate.weight"),
+         "layer " + std::to_string(l) + " has more experts than num_experts = " +
+             std::to_string(E) + " in config.json");
+  moe.router = load.matrix_f32(p + "mlp.gate.weight", E, H);
+  const bool fused = store.find(p + "mlp.experts.gate_up_proj") != nullptr;
+  for (int64_t e = 0; e < E; ++e) {
+    SwiGluWeights& expert = moe.experts.emplace_back();
+    if (fused) {  // gate_up_proj [E][2F][H], gate rows first; down_proj [E][H][F]
+      expert.gate_up = load.packed_slice(p + "mlp.experts.gate_up_proj", E, 2 * F, H, e);
+      expert.down = load.packed_slice(p + "mlp.experts.down_proj", E, H, F, e);
+    } else {
+      std::string q = p + "mlp.experts." + std::to_string(e) + ".";
+      expert.gate_up = load.packed({q + "gate_proj.weight", q + "up_proj.weight"}, {F, F}, H);
+      expert.down = load.packed({q + "down_proj.weight"}, {H}, F);
+    }
+    expert_bytes += expert.gate_up.bytes + expert.down.bytes;
+  }
+  if (c.shared_expert_intermediate_size > 0) {
+    const int64_t FS = c.shared_expert_intermediate_size;
+    const std::string q = p + "mlp.shared_expert.";
+    moe.has_shared = true;
+    moe.shared.gate_up =
+        load.packed({q + "gate_proj.weight", q + "up_proj.weight"}, {FS, FS}, H);
+    moe.shared.down = load.packed({q + "down_proj.weight"}, {H}, FS);
+    moe.shared_gate = load.matrix_f32(p + "mlp.shared_expert_gate.weight", 1, H);
+  }
+}
+
+}  // namespace
+
 ModelWeights load_weights(const std::string& model_dir, const ModelConfig& c, Isa isa,
                           bool quantize_fp8, bool quantize_int4) {
   ModelWeights m;
   m.store = SafetensorsStore::open(model_dir);
+  // The text model of Qwen3.5's vision-language wrapper sits under model.language_model. (its
+  // lm_head at the top level); model.visual.* and the MTP head (mtp.*) are not read.
+  const std::string root =
+      m.store.find("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+  const bool hybrid = c.is_hybrid();
   size_t expected = 3;  // embedding, final norm, lm_head (or the embedding packed again)
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    expected += 8 + (c.is_moe_layer(l) ? 1 + 3 * c.num_experts : 3);
+    expected += (c.is_linear_layer(l) ? 10 : 8) +
+                (c.is_moe_layer(l) ? 1 + 3 * c.num_experts + (hybrid ? 4 : 0) : 3);
   Loader load(m.store, c, isa, expected, quantize_fp8, quantize_int4);
 
-  const int64_t H = c.hidden_size, V = c.vocab_size, Q = c.q_dim(), KV = c.kv_dim();
-  load.embedding(m, "model.embed_tokens.weight", V, H);
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  auto norm = [&](const std::string& name, int64_t n) {
+    return hybrid ? load.vector_f32_plus_one(name, n) : load.vector_f32(name, n);
+  };
+  load.embedding(m, root + "embed_tokens.weight", V, H);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    std::string p = "model.layers." + std::to_string(l) + ".";
+    std::string p = root + "layers." + std::to_string(l) + ".";
     LayerWeights& L = m.layers.emplace_back();
-    L.input_norm = load.vector_f32(p + "input_layernorm.weight", H);
-    L.qkv = load.packed({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-                         p + "self_attn.v_proj.weight"},
-                        {Q, KV, KV}, H);
-    L.q_norm = load.vector_f32(p + "self_attn.q_norm.weight", c.head_dim);
-    L.k_norm = load.vector_f32(p + "self_attn.k_norm.weight", c.head_dim);
-    L.o_proj = load.packed({p + "self_attn.o_proj.weight"}, {H}, Q);
-    L.post_attention_norm = load.vector_f32(p + "post_attention_layernorm.weight", H);
+    L.is_linear = c.is_linear_layer(l);
+    L.input_norm = norm(p + "input_layernorm.weight", H);
+    load_mixer(load, c, p, L);
+    L.post_attention_norm = norm(p + "post_attention_layernorm.weight", H);
     L.is_moe = c.is_moe_layer(l);
     if (L.is_moe) {
-      if (m.store.find(p + "mlp.experts." + std::to_string(c.num_experts) + ".gate_proj.weight"))
-        fail(m.store.file_for(p + "mlp.gate.weight"),
-             "layer " + std::to_string(l) + " has more experts than num_experts = " +
-                 std::to_string(c.num_experts) + " in config.json");
-      L.moe.router = load.matrix_f32(p + "mlp.gate.weight", c.num_experts, H);
-      const int64_t F = c.moe_intermediate_size;
-      for (int64_t e = 0; e < c.num_experts; ++e) {
-        std::string q = p + "mlp.experts." + std::to_string(e) + ".";
-        SwiGluWeights& expert = L.moe.experts.emplace_back();
-        expert.gate_up = load.packed({q + "gate_proj.weight", q + "up_proj.weight"}, {F, F}, H);
-        expert.down = load.packed({q + "down_proj.weight"}, {H}, F);
-        m.expert_bytes += expert.gate_up.bytes + expert.down.bytes;
-      }
+      load_moe(load, m.store, c, p, l, L.moe, m.expert_bytes);
     } else {
       const int64_t F = c.intermediate_size;
       L.mlp.gate_up = load.packed({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {F, F}, H);
       L.mlp.down = load.packed({p + "mlp.down_proj.weight"}, {H}, F);
     }
   }
-  m.final_norm = load.vector_f32("model.norm.weight", H);
+  m.final_norm = norm(root + "norm.weight", H);
   if (c.tie_word_embeddings) {
-    m.lm_head = load.packed({"model.embed_tokens.weight"}, {V}, H, /*quantizable=*/false);
+    m.lm_head = load.packed({root + "embed_tokens.weight"}, {V}, H, /*quantizable=*/false);
   } else {
     m.lm_head = load.packed({"lm_head.weight"}, {V}, H, /*quantizable=*/false);
   }

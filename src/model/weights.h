@@ -21,13 +21,34 @@ struct SwiGluWeights {
 struct MoeWeights {
   Buffer<float> router;               // [num_experts][hidden], FP32 (the router runs in FP32)
   std::vector<SwiGluWeights> experts;  // each expert's matrices in their own contiguous buffers
+  // Qwen3.5: x += sigmoid(shared_gate . xn) * shared(xn) beside the routed experts.
+  bool has_shared = false;
+  SwiGluWeights shared;
+  Buffer<float> shared_gate;  // [hidden]
 };
 
+// A Gated DeltaNet layer (Qwen3.5 linear_attn).
+struct GdnWeights {
+  PackedWeights qkvz;      // [conv_dim + Hv dv][hidden]: in_proj_qkv rows, then in_proj_z
+  PackedWeights ba;        // [2 Hv][hidden]: in_proj_b rows, then in_proj_a
+  Buffer<float> conv;      // [taps][conv_dim]: conv1d.weight [conv_dim][1][taps] transposed
+  Buffer<float> A_log;     // [Hv], FP32 whatever the checkpoint stores
+  Buffer<float> dt_bias;   // [Hv]
+  Buffer<float> norm;      // [dv], applied as stored (no +1)
+  PackedWeights out_proj;  // [hidden][Hv dv]
+};
+
+// Norms hold the weight the kernels multiply by: for Qwen3.5 the stored w plus 1 (its (1 + w)
+// RMSNorm), computed in FP32 at load.
 struct LayerWeights {
   Buffer<float> input_norm, post_attention_norm;  // [hidden]
   Buffer<float> q_norm, k_norm;                   // [head_dim]
-  PackedWeights qkv;     // [q_dim + 2 kv_dim][hidden]: q_proj, k_proj, v_proj rows
+  // [q_dim + 2 kv_dim][hidden]: q_proj, k_proj, v_proj rows; Qwen3.5's q_proj rows are twice
+  // as many, each head's [query | gate].
+  PackedWeights qkv;
   PackedWeights o_proj;  // [hidden][q_dim]
+  bool is_linear = false;  // a Gated DeltaNet layer: gdn instead of the attention weights
+  GdnWeights gdn;
   bool is_moe = false;
   SwiGluWeights mlp;  // dense layers
   MoeWeights moe;     // MoE layers

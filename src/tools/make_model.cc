@@ -48,6 +48,36 @@ ModelConfig moe(ModelConfig c, int64_t experts, int64_t per_token, int64_t exper
   return c;
 }
 
+// The Qwen3.5 generation (QWEN35.md section 2): three Gated DeltaNet layers to one of gated
+// attention, head_dim 256 with RoPE on its first 64 dims, GDN heads of 128, vocabulary 248,320.
+ModelConfig hybrid(int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads,
+                   int64_t v_heads, int64_t ffn, bool tied) {
+  ModelConfig c = dense(hidden, layers, heads, kv_heads, 256, ffn, tied);
+  c.architecture = "Qwen3_5ForConditionalGeneration";
+  c.model_type = "qwen3_5";
+  c.vocab_size = 248320;
+  c.max_position_embeddings = 262144;
+  c.rope_theta = 10000000.0;
+  c.partial_rotary_factor = 0.25;
+  for (int64_t l = 0; l < layers; ++l) c.linear_attention.push_back((l + 1) % 4 != 0);
+  c.linear_num_key_heads = 16;
+  c.linear_num_value_heads = v_heads;
+  c.linear_key_head_dim = c.linear_value_head_dim = 128;
+  c.linear_conv_kernel_dim = 4;
+  return c;
+}
+
+ModelConfig hybrid_moe(ModelConfig c, int64_t experts, int64_t per_token, int64_t expert_ffn) {
+  c.architecture = "Qwen3_5MoeForConditionalGeneration";
+  c.model_type = "qwen3_5_moe";
+  c.intermediate_size = 0;
+  c.num_experts = experts;
+  c.num_experts_per_tok = per_token;
+  c.moe_intermediate_size = c.shared_expert_intermediate_size = expert_ffn;
+  c.norm_topk_prob = true;
+  return c;
+}
+
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -63,11 +93,17 @@ uint64_t hash_name(const std::string& s) {
 
 bool is_norm(const std::string& name) { return name.find("norm.weight") != std::string::npos; }
 
-// A decoder layer's linear weight: what Qwen's FP8 checkpoints store as F8_E4M3.
+// A decoder layer's linear weight: what Qwen's FP8 checkpoints store as F8_E4M3 (Qwen3.5: not
+// the Gated DeltaNet's small in_proj_a / in_proj_b, nor the router and shared-expert gate).
 bool is_fp8_linear(const std::string& name) {
-  const std::string suffix = "_proj.weight";
-  return name.rfind("model.layers.", 0) == 0 && name.size() > suffix.size() &&
-         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  auto ends_with = [&](const std::string& suffix) {
+    return name.size() > suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  const bool layer = name.rfind("model.layers.", 0) == 0 ||
+                     name.rfind("model.language_model.layers.", 0) == 0;
+  return layer && (ends_with("_proj.weight") || ends_with("in_proj_qkv.weight") ||
+                   ends_with("in_proj_z.weight"));
 }
 
 // Element e of a random tensor as BF16: uniform noise with standard deviation 0.02 (as HF
@@ -142,7 +178,8 @@ void write_text(const std::string& path, const std::string& text) {
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "tiny-moe", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-30b-a3b"};
+  return {"tiny",     "tiny-moe",      "qwen3-0.6b",   "qwen3-1.7b",     "qwen3-4b",
+          "qwen3-8b", "qwen3-30b-a3b", "qwen3.5-0.8b", "qwen3.6-27b", "qwen3.6-35b-a3b"};
 }
 
 ModelConfig preset_config(const std::string& name) {
@@ -157,37 +194,98 @@ ModelConfig preset_config(const std::string& name) {
   if (name == "qwen3-4b") return dense(2560, 36, 32, 8, 128, 9728, true);
   if (name == "qwen3-8b") return dense(4096, 36, 32, 8, 128, 12288, false);
   if (name == "qwen3-30b-a3b") return moe(dense(2048, 48, 32, 4, 128, 6144, false), 128, 8, 768);
+  if (name == "qwen3.5-0.8b") return hybrid(1024, 24, 8, 2, 16, 3584, true);
+  if (name == "qwen3.6-27b") return hybrid(5120, 64, 24, 4, 48, 17408, false);  // = Qwen3.8-27B
+  if (name == "qwen3.6-35b-a3b")
+    return hybrid_moe(hybrid(2048, 40, 16, 2, 32, 0, false), 256, 8, 512);
   std::string list;
   for (const std::string& n : preset_names()) list += (list.empty() ? "" : ", ") + n;
   fail("--preset", "unknown preset '" + name + "' (known: " + list + ")");
 }
 
-std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& c) {
+namespace {
+
+// self_attn's tensors under prefix p; q_rows: Qwen3.5's q_proj holds [query | gate] per head.
+void add_attention(std::vector<TensorSpec>& specs, const std::string& p, const ModelConfig& c,
+                   int64_t q_rows) {
+  const int64_t h = c.hidden_size, hd = c.head_dim;
+  specs.push_back({p + "self_attn.q_proj.weight", {q_rows, h}});
+  specs.push_back({p + "self_attn.k_proj.weight", {c.kv_dim(), h}});
+  specs.push_back({p + "self_attn.v_proj.weight", {c.kv_dim(), h}});
+  specs.push_back({p + "self_attn.q_norm.weight", {hd}});
+  specs.push_back({p + "self_attn.k_norm.weight", {hd}});
+  specs.push_back({p + "self_attn.o_proj.weight", {h, c.q_dim()}});
+}
+
+// A SwiGLU MLP's gate_proj, up_proj, down_proj under prefix p ("mlp.", "mlp.experts.3.", ...).
+void add_swiglu(std::vector<TensorSpec>& specs, const std::string& p, int64_t ffn, int64_t h) {
+  specs.push_back({p + "gate_proj.weight", {ffn, h}});
+  specs.push_back({p + "up_proj.weight", {ffn, h}});
+  specs.push_back({p + "down_proj.weight", {h, ffn}});
+}
+
+// Qwen3.5's layout: the text model under model.language_model., lm_head at the top level.
+std::vector<TensorSpec> qwen35_tensors(const ModelConfig& c, bool fused_experts) {
   std::vector<TensorSpec> specs;
-  int64_t h = c.hidden_size, hd = c.head_dim;
+  const int64_t h = c.hidden_size, Hv = c.linear_num_value_heads;
+  const int64_t F = c.moe_intermediate_size, E = c.num_experts;
+  const std::string root = "model.language_model.";
+  specs.push_back({root + "embed_tokens.weight", {c.vocab_size, h}});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    std::string p = root + "layers." + std::to_string(l) + ".";
+    specs.push_back({p + "input_layernorm.weight", {h}});
+    if (c.is_linear_layer(l)) {
+      const std::string a = p + "linear_attn.";
+      specs.push_back({a + "in_proj_qkv.weight", {c.conv_dim(), h}});
+      specs.push_back({a + "in_proj_z.weight", {c.linear_value_dim(), h}});
+      specs.push_back({a + "in_proj_b.weight", {Hv, h}});
+      specs.push_back({a + "in_proj_a.weight", {Hv, h}});
+      specs.push_back({a + "conv1d.weight", {c.conv_dim(), 1, c.linear_conv_kernel_dim}});
+      specs.push_back({a + "A_log", {Hv}});
+      specs.push_back({a + "dt_bias", {Hv}});
+      specs.push_back({a + "norm.weight", {c.linear_value_head_dim}});
+      specs.push_back({a + "out_proj.weight", {h, c.linear_value_dim()}});
+    } else {
+      add_attention(specs, p, c, 2 * c.q_dim());
+    }
+    specs.push_back({p + "post_attention_layernorm.weight", {h}});
+    if (!c.is_moe()) {
+      add_swiglu(specs, p + "mlp.", c.intermediate_size, h);
+      continue;
+    }
+    specs.push_back({p + "mlp.gate.weight", {E, h}});
+    if (fused_experts) {  // gate rows before up rows in each expert's gate_up_proj
+      specs.push_back({p + "mlp.experts.gate_up_proj", {E, 2 * F, h}});
+      specs.push_back({p + "mlp.experts.down_proj", {E, h, F}});
+    } else {
+      for (int64_t e = 0; e < E; ++e) add_swiglu(specs, p + "mlp.experts." + std::to_string(e) + ".", F, h);
+    }
+    add_swiglu(specs, p + "mlp.shared_expert.", c.shared_expert_intermediate_size, h);
+    specs.push_back({p + "mlp.shared_expert_gate.weight", {1, h}});
+  }
+  specs.push_back({root + "norm.weight", {h}});
+  if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, h}});
+  return specs;
+}
+
+}  // namespace
+
+std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& c, bool fused_experts) {
+  if (c.is_hybrid()) return qwen35_tensors(c, fused_experts);
+  std::vector<TensorSpec> specs;
+  int64_t h = c.hidden_size;
   specs.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     std::string p = "model.layers." + std::to_string(l) + ".";
     specs.push_back({p + "input_layernorm.weight", {h}});
-    specs.push_back({p + "self_attn.q_proj.weight", {c.q_dim(), h}});
-    specs.push_back({p + "self_attn.k_proj.weight", {c.kv_dim(), h}});
-    specs.push_back({p + "self_attn.v_proj.weight", {c.kv_dim(), h}});
-    specs.push_back({p + "self_attn.q_norm.weight", {hd}});
-    specs.push_back({p + "self_attn.k_norm.weight", {hd}});
-    specs.push_back({p + "self_attn.o_proj.weight", {h, c.q_dim()}});
+    add_attention(specs, p, c, c.q_dim());
     specs.push_back({p + "post_attention_layernorm.weight", {h}});
     if (c.is_moe_layer(l)) {
       specs.push_back({p + "mlp.gate.weight", {c.num_experts, h}});
-      for (int64_t e = 0; e < c.num_experts; ++e) {
-        std::string q = p + "mlp.experts." + std::to_string(e) + ".";
-        specs.push_back({q + "gate_proj.weight", {c.moe_intermediate_size, h}});
-        specs.push_back({q + "up_proj.weight", {c.moe_intermediate_size, h}});
-        specs.push_back({q + "down_proj.weight", {h, c.moe_intermediate_size}});
-      }
+      for (int64_t e = 0; e < c.num_experts; ++e)
+        add_swiglu(specs, p + "mlp.experts." + std::to_string(e) + ".", c.moe_intermediate_size, h);
     } else {
-      specs.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, h}});
-      specs.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, h}});
-      specs.push_back({p + "mlp.down_proj.weight", {h, c.intermediate_size}});
+      add_swiglu(specs, p + "mlp.", c.intermediate_size, h);
     }
   }
   specs.push_back({"model.norm.weight", {h}});
@@ -199,13 +297,18 @@ void make_model(const MakeModelOptions& o) {
   ModelConfig config = preset_config(o.preset);
   if (o.layers < 0) fail("--layers", "must be positive");
   if (o.layers > 0) config.num_hidden_layers = o.layers;
+  if (config.is_hybrid()) {  // the layer pattern, cut or extended to the depth
+    config.linear_attention.clear();
+    for (int64_t l = 0; l < config.num_hidden_layers; ++l)
+      config.linear_attention.push_back((l + 1) % 4 != 0);
+  }
   for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
     if (!fs::exists(fs::path(o.tokenizer_dir) / file))
       fail(o.tokenizer_dir + "/" + file, "missing (pass --tokenizer-from DIR with the Qwen3 tokenizer files)");
   if (o.dtype != "bf16" && o.dtype != "fp8" && o.dtype != "gptq" && o.dtype != "awq")
     fail("--dtype", "must be bf16, fp8, gptq or awq, not '" + o.dtype + "'");
   write_random_model(config, o.out_dir, o.seed, o.shards, read_special_token_ids(o.tokenizer_dir),
-                     o.dtype);
+                     o.dtype, o.fused_experts);
   std::error_code ec;
   for (const char* file : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
     fs::path from = fs::path(o.tokenizer_dir) / file;
@@ -235,13 +338,18 @@ SpecialTokenIds read_special_token_ids(const std::string& tokenizer_dir) {
 }
 
 void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t seed, int shards,
-                        const SpecialTokenIds& special, const std::string& dtype) {
+                        const SpecialTokenIds& special, const std::string& dtype,
+                        bool fused_experts) {
   if (shards < 1) fail("--shards", "must be at least 1");
   const bool fp8 = dtype == "fp8", as_bf16 = dtype == "gptq-as-bf16" || dtype == "awq-as-bf16";
   const std::string int4_format = dtype.rfind("gptq", 0) == 0 ? "gptq"
                                   : dtype.rfind("awq", 0) == 0 ? "awq"
                                                                : "";
   const int64_t group = int4_format.empty() ? 0 : int4_group_for(config);
+  if (fused_experts && !(config.is_hybrid() && config.is_moe()))
+    fail("--fused-experts", "only Qwen3.5 MoE checkpoints fuse their experts");
+  if (fused_experts && dtype != "bf16")
+    fail("--fused-experts", "Qwen's FP8 and 4-bit checkpoints store their experts one by one (BF16 only)");
   if (fp8) config.quant_method = "fp8";
   if (!int4_format.empty() && !as_bf16) {
     config.quant_method = int4_format;
@@ -267,7 +375,7 @@ void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t
 
   // Weights: random_element, the same values whatever the dtype (an FP8 model is its BF16 twin
   // of the same seed quantised by fp8_quantise).
-  std::vector<TensorSpec> specs = checkpoint_tensors(config);
+  std::vector<TensorSpec> specs = checkpoint_tensors(config, fused_experts);
   std::unordered_map<std::string, std::vector<int64_t>> shape_of;
   for (const TensorSpec& s : specs) shape_of[s.name] = s.shape;
   if (fp8) specs = fp8_tensors(specs);

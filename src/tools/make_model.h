@@ -12,8 +12,10 @@ namespace ellm {
 std::vector<std::string> preset_names();
 ModelConfig preset_config(const std::string& name);  // throws Error listing the presets
 
-// Every tensor a checkpoint of this config holds, with its Hugging Face name and shape.
-std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& config);
+// Every tensor a checkpoint of this config holds, with its Hugging Face name and shape. A
+// Qwen3.5 MoE's routed experts are one tensor each, or with fused_experts two 3-D tensors per
+// layer (experts.gate_up_proj, experts.down_proj), as its BF16 checkpoints store them.
+std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& config, bool fused_experts = false);
 
 struct MakeModelOptions {
   std::string preset;
@@ -24,6 +26,7 @@ struct MakeModelOptions {
   std::string tokenizer_dir;  // holds tokenizer.json, tokenizer_config.json, chat_template.jinja
   std::string dtype = "bf16";  // "fp8": decoder linear weights as Qwen's FP8 checkpoints; "gptq",
                                // "awq": as 4-bit modules (int4_checkpoint.h)
+  bool fused_experts = false;  // Qwen3.5 MoE: experts.gate_up_proj / down_proj (BF16 only)
 };
 
 // Writes config.json, generation_config.json, the weights (streamed) and the tokenizer files.
@@ -47,6 +50,7 @@ SpecialTokenIds read_special_token_ids(const std::string& tokenizer_dir);
 // 128 or fewer inputs); "gptq-as-bf16" and "awq-as-bf16" write those models' weights as BF16
 // values.
 void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t seed, int shards,
-                        const SpecialTokenIds& special = {}, const std::string& dtype = "bf16");
+                        const SpecialTokenIds& special = {}, const std::string& dtype = "bf16",
+                        bool fused_experts = false);
 
 }  // namespace ellm

@@ -81,11 +81,14 @@ def main():
     tmp = tempfile.mkdtemp(prefix="ellm_model_cli_")
     try:
         # Golden sessions through `ellm logits` (session.json is accepted as the feeds file).
-        for name in ["tiny-qwen3", "tiny-qwen3-moe"]:
+        # The hybrid Qwen3.5 sessions are 245 positions long.
+        for name, positions in [("tiny-qwen3", 95), ("tiny-qwen3-moe", 95), ("tiny-qwen35", 245),
+                                ("tiny-qwen35-moe", 245)]:
             out = os.path.join(tmp, name + ".f32")
             must("logits", "--model-path", os.path.join(SHARED, "models", name), "--feeds",
                  os.path.join(SHARED, "golden", name, "session.json"), "--out", out)
-            check(os.path.getsize(out) == 95 * VOCAB * 4, f"{name}: logits file has [95, vocab] floats")
+            check(os.path.getsize(out) == positions * VOCAB * 4,
+                  f"{name}: logits file has [{positions}, vocab] floats")
             check(golden_rule(name, out), f"{name}: golden rule through ellm logits")
 
         # make-model: single file, sharded, MoE; the same seed gives the same weights.

@@ -39,6 +39,34 @@ std::unique_ptr<Engine> make_engine(const std::string& name, int64_t batch_size,
 
 class EngineModel : public ::testing::TestWithParam<std::string> {};
 
+bool hybrid(const std::string& name) { return name.find("qwen35") != std::string::npos; }
+
+// A hybrid model's prompt chunks follow what else shares the passes, and its chunked delta
+// rule rounds differently from the recurrence, so its logits agree with a solo run within
+// the golden tolerance, not to the bit, and a near-tie may go either way. What holds: every
+// token it chose is within the golden atol of the best one, fed once through a plain model.
+void expect_near_greedy(const std::string& name, const std::vector<int32_t>& prompt,
+                        const std::vector<int32_t>& generated, const std::string& what) {
+  std::ifstream file(ELLM_SHARED "/golden/" + name + "/session.json");
+  const double atol = nlohmann::json::parse(file)["atol"];
+  ServingLimits limits;
+  limits.sequence_length = 128;
+  limits.threads = 1;
+  auto model = Model::load(model_dir(name), limits);
+  const int64_t V = model->vocab_size();
+  std::vector<BatchToken> batch;
+  std::vector<int32_t> sequence = prompt;
+  sequence.insert(sequence.end(), generated.begin(), generated.end());
+  for (size_t p = 0; p + 1 < sequence.size(); ++p)
+    batch.push_back({sequence[p], 0, int32_t(p), p + 1 >= prompt.size()});
+  std::vector<float> logits(generated.size() * size_t(V));
+  model->forward(batch, logits.data());
+  for (size_t i = 0; i < generated.size(); ++i) {
+    const float* row = logits.data() + i * V;
+    EXPECT_GE(row[generated[i]], *std::max_element(row, row + V) - atol) << what << " token " << i;
+  }
+}
+
 // shared/golden/<model>/chat.json: every clear-margin case, token for token, all submitted at
 // once into two slots.
 TEST_P(EngineModel, GreedyMatchesTheReferenceCompletions) {
@@ -109,7 +137,10 @@ TEST_P(EngineModel, SessionCacheMatchesColdRuns) {
     Outcome out = collect(warm->submit(request));
     request.use_session_cache = false;
     Outcome reference = collect(cold->submit(request));
-    EXPECT_GE(out.end.cached_tokens, previous_prompt) << "turn " << turn;
+    if (hybrid(GetParam()))  // resumes only with its recurrent state: recomputes
+      EXPECT_EQ(out.end.cached_tokens, 0) << "turn " << turn;
+    else
+      EXPECT_GE(out.end.cached_tokens, previous_prompt) << "turn " << turn;
     EXPECT_EQ(out.ids, reference.ids) << "turn " << turn;
     EXPECT_EQ(out.text, reference.text) << "turn " << turn;
     previous_prompt = int64_t(history.size());
@@ -119,7 +150,10 @@ TEST_P(EngineModel, SessionCacheMatchesColdRuns) {
                                     "<|im_end|>\n<|im_start|>assistant\n");
     history.insert(history.end(), next.begin(), next.end());
   }
-  EXPECT_GT(warm->metrics().cached_tokens_total, 0);
+  if (hybrid(GetParam()))
+    EXPECT_GE(warm->metrics().recomputed_tokens_total, previous_prompt);
+  else
+    EXPECT_GT(warm->metrics().cached_tokens_total, 0);
 }
 
 // Four requests in two slots with chunked prefill: all finish with their solo output.
@@ -147,14 +181,19 @@ TEST_P(EngineModel, FourRequestsInTwoSlots) {
     Outcome out = collect(streams[i]);
     EXPECT_EQ(out.end.finish_reason, FinishReason::length);
     EXPECT_EQ(out.end.completion_tokens, 8);
-    EXPECT_EQ(out.ids, expected[i]) << "request " << i;
+    if (!hybrid(GetParam()))
+      EXPECT_EQ(out.ids, expected[i]) << "request " << i;
+    else
+      expect_near_greedy(GetParam(), prompts[i], out.ids, "request " + std::to_string(i));
   }
   EngineMetrics m = engine->metrics();
   EXPECT_EQ(m.requests_finished_total, 4);
   EXPECT_GT(m.kv_resident_bytes, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModels, EngineModel, ::testing::Values("tiny-qwen3", "tiny-qwen3-moe"),
+INSTANTIATE_TEST_SUITE_P(TinyModels, EngineModel,
+                         ::testing::Values("tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen35",
+                                           "tiny-qwen35-moe"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

@@ -46,9 +46,11 @@ class FailingReleaseModel : public FakeModel {
   std::atomic<bool> fail_release{false};
 };
 
-TEST(EngineRobustness, SampledIdsWithoutATokenDecodeToNothing) {
+// The padding rows of the embedding have no token: however high their logits, they are never
+// sampled, greedy or not.
+TEST(EngineRobustness, PaddingIdsAreNeverSampled) {
   auto model = std::make_unique<PaddedVocabModel>(test_tokenizer()->vocab_size(), limits(128, 2));
-  const int32_t tokenless = int32_t(model->vocab_size() - 1);
+  const int64_t tokens = test_tokenizer()->vocab_size();
   EngineOptions options;
   options.eos_token_ids = {151645};
   Engine engine(std::move(model), test_tokenizer(), options);
@@ -62,8 +64,8 @@ TEST(EngineRobustness, SampledIdsWithoutATokenDecodeToNothing) {
   auto s2 = engine.submit(sampled);  // shares the passes
   for (Outcome out : {collect(s1), collect(s2)}) {
     EXPECT_EQ(out.end.finish_reason, FinishReason::length) << out.end.error;
-    EXPECT_EQ(out.ids, std::vector<int32_t>(5, tokenless));
-    EXPECT_EQ(out.text, "");
+    ASSERT_EQ(out.ids.size(), 5u);
+    for (int32_t id : out.ids) EXPECT_LT(id, tokens);
   }
   // The engine still serves.
   EXPECT_EQ(collect(engine.submit(greedy(prompt_of(4, 3), 2))).end.finish_reason, FinishReason::length);

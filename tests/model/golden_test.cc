@@ -39,9 +39,10 @@ struct Golden {
 
 std::string model_dir(const std::string& name) { return test::shared_dir() + "/models/" + name; }
 
+// Room for the longest golden session (the hybrid ones feed 245 positions).
 ServingLimits small_limits(int64_t chunk, int64_t batch = 1) {
   ServingLimits limits;
-  limits.sequence_length = 128;
+  limits.sequence_length = 256;
   limits.batch_size = batch;
   limits.chunk_size = chunk;
   limits.threads = 2;
@@ -102,6 +103,32 @@ Score score(const Golden& g, const std::vector<float>& logits) {
   return s;
 }
 
+// Two runs of the same tokens fed differently (at once, in chunks, in parts) must agree. A
+// Qwen3 pass does the same arithmetic for a row whatever the pass, so they agree to FP32
+// rounding. A hybrid model runs the delta rule in its chunked form over several tokens and as
+// the recurrence over one: FP32 rounding differs, and a tiny random model amplifies that
+// through the BF16 inputs of its products to the size of the BF16 path's own error (golden
+// README, mixed_path). So there the rule is the golden one: within atol at >= 90% of positions
+// (the MoE's near-tie expert choices may flip).
+void expect_same_logits(const Golden& g, const std::string& name, const std::vector<float>& a,
+                        const std::vector<float>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  const int64_t V = g.vocab, positions = int64_t(a.size()) / V;
+  std::vector<double> err(positions, 0.0);
+  for (int64_t p = 0; p < positions; ++p)
+    for (int64_t v = 0; v < V; ++v)
+      err[p] = std::max(err[p], double(std::abs(a[p * V + v] - b[p * V + v])));
+  const double worst = *std::max_element(err.begin(), err.end());
+  std::printf("[%s] %s: max |diff| %.2e\n", name.c_str(), what.c_str(), worst);
+  if (name.find("qwen35") == std::string::npos) {
+    EXPECT_LT(worst, 2e-3) << what;
+    return;
+  }
+  const double atol = g.session["atol"];
+  const auto within = std::count_if(err.begin(), err.end(), [&](double e) { return e <= atol; });
+  EXPECT_GE(double(within), 0.9 * double(positions)) << what << ": max |diff| " << worst;
+}
+
 // Restores the tier that was active before the test (ELLM_ISA's, not the best one: the tests
 // after it must still run on the tier the run was asked for).
 class GoldenSession : public testing::TestWithParam<std::string> {
@@ -118,7 +145,7 @@ TEST_P(GoldenSession, PassesTheReferenceRuleOnEveryIsa) {
   Golden golden(name);
   for (Isa isa : supported_isas()) {
     set_active_isa(isa);  // before loading: weights are packed for it
-    auto model = Model::load(model_dir(name), small_limits(48));
+    auto model = Model::load(model_dir(name), small_limits(160));
     Score s = score(golden, run_feeds(*model, golden.feeds));
     std::printf("[golden %s %s] err p50 %.4f p90 %.4f max %.4f, %.1f%% within atol\n",
                 name.c_str(), isa_name(isa), s.percentile(0.5), s.percentile(0.9),
@@ -129,23 +156,20 @@ TEST_P(GoldenSession, PassesTheReferenceRuleOnEveryIsa) {
 }
 
 // A row's logits do not depend on the pass it ran in (batch invariance), on any tier: the whole
-// session fed at once equals it fed chunk by chunk (prefill rows against decode rows).
+// session fed at once equals it fed chunk by chunk (prefill rows against decode rows). Bit for
+// bit on the Qwen3 models (within 2e-3 is checked); the hybrid ones only within the golden rule,
+// since the chunked delta rule and the recurrence round differently.
 TEST_P(GoldenSession, OneShotPrefillEqualsChunkedFeeding) {
   const std::string name = GetParam();
   Golden golden(name);
   for (Isa isa : supported_isas()) {
     set_active_isa(isa);
-    auto model = Model::load(model_dir(name), small_limits(128));
+    auto model = Model::load(model_dir(name), small_limits(256));
     std::vector<float> chunked = run_feeds(*model, golden.feeds);
     std::vector<int32_t> all;
     for (const auto& f : golden.feeds) all.insert(all.end(), f.begin(), f.end());
     std::vector<float> one_shot = run_feeds(*model, {all});
-    ASSERT_EQ(chunked.size(), one_shot.size());
-    double max_diff = 0;
-    for (size_t i = 0; i < chunked.size(); ++i)
-      max_diff = std::max(max_diff, double(std::abs(chunked[i] - one_shot[i])));
-    std::printf("[%s %s] one-shot vs chunked: max |diff| %.2e\n", name.c_str(), isa_name(isa), max_diff);
-    EXPECT_LT(max_diff, 2e-3) << isa_name(isa);
+    expect_same_logits(golden, name, one_shot, chunked, std::string("one-shot vs chunked ") + isa_name(isa));
   }
 }
 
@@ -155,7 +179,7 @@ TEST_P(GoldenSession, SlotsBatchedTogetherMatchSlotsRunAlone) {
   Golden golden(name);
   for (Isa isa : supported_isas()) {
     set_active_isa(isa);
-    auto model = Model::load(model_dir(name), small_limits(64, 2));
+    auto model = Model::load(model_dir(name), small_limits(160, 2));
     const int64_t V = model->vocab_size();
     // Slot 0 gets the golden prompt, slot 1 a different one; then both decode in one batch.
     std::vector<int32_t> a(golden.feeds[0].begin(), golden.feeds[0].begin() + 20);
@@ -201,7 +225,7 @@ TEST_P(GoldenSession, PassInPartsEqualsOnePass) {
   Golden golden(name);
   for (Isa isa : supported_isas()) {
     set_active_isa(isa);
-    auto model = Model::load(model_dir(name), small_limits(64, 2));
+    auto model = Model::load(model_dir(name), small_limits(160, 2));
     const int64_t V = model->vocab_size();
     const std::vector<int32_t>& prompt = golden.feeds[0];
     std::vector<int32_t> other(golden.feeds[0].begin(), golden.feeds[0].begin() + 5);
@@ -226,11 +250,12 @@ TEST_P(GoldenSession, PassInPartsEqualsOnePass) {
       steps.insert(steps.end(), step.begin(), step.end());
     }
     EXPECT_EQ(n_parts, int(model->config().num_hidden_layers * ((batch.size() + 6) / 7)));
+    expect_same_logits(golden, name, parts, alone, std::string("in parts vs at once ") + isa_name(isa));
+    // The decode steps between the parts: the same forms as alone, so the same bits but for
+    // the attention of a pass of one row beside the open pass.
     double worst = 0;
-    for (size_t i = 0; i < parts.size(); ++i) worst = std::max(worst, double(std::abs(parts[i] - alone[i])));
     for (size_t i = 0; i < steps.size(); ++i)
       worst = std::max(worst, double(std::abs(steps[i] - other_alone[other.size() * V + i])));
-    std::printf("[%s %s] in parts vs at once: max |diff| %.2e\n", name.c_str(), isa_name(isa), worst);
     EXPECT_LT(worst, 2e-3) << isa_name(isa);
     // The contract: no second pass, and no slot of the open pass in a pass between its parts.
     model->begin_pass(std::span(batch).first(3));
@@ -244,7 +269,7 @@ TEST_P(GoldenSession, PassInPartsEqualsOnePass) {
 TEST_P(GoldenSession, ReleasedKvIsRecomputedIdentically) {
   const std::string name = GetParam();
   Golden golden(name);
-  auto model = Model::load(model_dir(name), small_limits(64));
+  auto model = Model::load(model_dir(name), small_limits(160));
   std::vector<float> first = run_feeds(*model, {golden.feeds[0]});
   EXPECT_GT(model->kv_resident_bytes(), 0u);
   model->release_kv(0, 0);
@@ -256,11 +281,13 @@ TEST_P(GoldenSession, ReleasedKvIsRecomputedIdentically) {
 // The FP8 models: Qwen's FP8 checkpoint format (E4M3 weights, a factor per 128x128 block; F32
 // factors in the dense one, BF16 in the MoE one), their reference computed from the dequantised
 // weights. The 4-bit ones: GPTQ (v1, symmetric) and AWQ (GEMM, asymmetric), groups of 32, their
-// reference likewise from the exactly dequantised weights.
+// reference likewise from the exactly dequantised weights. The hybrid Qwen3.5 models (Gated DeltaNet + gated attention; the MoE one with fused
+// experts and a shared expert): their sessions cross the 64-token chunks of the delta rule and
+// continue on top of the recurrent state.
 INSTANTIATE_TEST_SUITE_P(Models, GoldenSession,
                          testing::Values("tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen3-fp8",
-                                         "tiny-qwen3-moe-fp8", "tiny-qwen3-gptq",
-                                         "tiny-qwen3-awq"),
+                                         "tiny-qwen3-moe-fp8", "tiny-qwen3-gptq", "tiny-qwen3-awq",
+                                         "tiny-qwen35", "tiny-qwen35-moe"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

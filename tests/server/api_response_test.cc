@@ -282,6 +282,7 @@ TEST(Metrics, PrometheusTextHasCountersAndCumulativeHistograms) {
   m.requests_running = 2;
   m.prompt_tokens_total = 100;
   m.cached_tokens_total = 40;
+  m.recomputed_tokens_total = 12;
   m.kv_resident_bytes = 4096;
   m.time_to_first_token = {{0.1, 1.0}, {1, 3, 4}, 2.5, 4};
   HttpCounters http;
@@ -291,6 +292,7 @@ TEST(Metrics, PrometheusTextHasCountersAndCumulativeHistograms) {
   EXPECT_NE(text.find("ellm:num_requests_running{model_name=\"tiny \\\"q\\\"\"} 2\n"), std::string::npos) << text;
   EXPECT_NE(text.find("ellm:prompt_tokens_total{model_name=\"tiny \\\"q\\\"\"} 100\n"), std::string::npos);
   EXPECT_NE(text.find("ellm:session_cache_hit_tokens_total{model_name=\"tiny \\\"q\\\"\"} 40\n"), std::string::npos);
+  EXPECT_NE(text.find("ellm:session_cache_recomputed_tokens_total{model_name=\"tiny \\\"q\\\"\"} 12\n"), std::string::npos);
   EXPECT_NE(text.find("ellm:kv_cache_resident_bytes{model_name=\"tiny \\\"q\\\"\"} 4096\n"), std::string::npos);
   EXPECT_NE(text.find("ellm:time_to_first_token_seconds_bucket{model_name=\"tiny \\\"q\\\"\",le=\"0.1\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("le=\"+Inf\"} 4\n"), std::string::npos);

@@ -21,7 +21,13 @@ const KernelTable amx_kernels = {
     .convert_f32_to_f16 = nullptr,
     .rmsnorm = nullptr,
     .norm_rope = nullptr,
+    .rope_partial = nullptr,
     .silu_mul = nullptr,
+    .conv1d_silu = nullptr,
+    .l2norm = nullptr,
+    .gated_rmsnorm = nullptr,
+    .gated_delta_step = nullptr,
+    .gated_delta_chunk = nullptr,
     .pack_weights = nullptr,  // the AVX-512 layout: the AMX product reads it
     .matmul = amx::matmul,
     // The AVX-512 FP8 product for every row count, so a row is the same bits in any pass; an

@@ -47,6 +47,19 @@ void norm_rope(const float* x, int64_t n_heads, int64_t head_dim, const float* w
   }
 }
 
+void rope_partial(float* x, int64_t n_heads, int64_t ldx, int64_t rotary_dim, const float* cos,
+                  const float* sin) {
+  const int64_t half = rotary_dim / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* xh = x + h * ldx;
+    for (int64_t i = 0; i < half; ++i) {
+      float a = xh[i], b = xh[i + half];
+      xh[i] = a * cos[i] - b * sin[i];
+      xh[i + half] = b * cos[i] + a * sin[i];
+    }
+  }
+}
+
 void silu_mul(const float* gate, const float* up, float* out, int64_t count) {
   for (int64_t i = 0; i < count; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }

@@ -1,0 +1,43 @@
+#pragma once
+// The recurrent state of the Gated DeltaNet layers of a hybrid model (Qwen3.5+), per slot and
+// per GDN layer, allocated once with the plan beside the KV of the full-attention layers:
+//   conv window  [taps - 1][conv_dim]   the last inputs of the causal convolution (FP32)
+//   S            [v_heads][dk][dv]      the delta-rule state (FP32)
+// A slot's sequence state at n tokens is its KV rows below n plus this state after token n - 1.
+// Its size does not depend on the sequence length.
+#include <algorithm>
+#include <cstdint>
+
+#include "base/memory.h"
+
+namespace ellm {
+
+class GdnState {
+ public:
+  GdnState() = default;
+  GdnState(int64_t n_layers, int64_t n_slots, int64_t conv_taps, int64_t conv_dim,
+           int64_t v_heads, int64_t dk, int64_t dv)
+      : n_layers_(n_layers),
+        conv_floats_((conv_taps - 1) * conv_dim),
+        s_floats_(v_heads * dk * dv),
+        data_(make_buffer<float>(size_t(n_layers * n_slots * (conv_floats_ + s_floats_)))) {}
+
+  float* conv(int64_t layer, int64_t slot) const { return base(layer, slot); }
+  float* S(int64_t layer, int64_t slot) const { return base(layer, slot) + conv_floats_; }
+  // The state of an empty sequence (all zeros), in every layer.
+  void reset(int64_t slot) {
+    for (int64_t l = 0; l < n_layers_; ++l)
+      std::fill_n(base(l, slot), conv_floats_ + s_floats_, 0.0f);
+  }
+  size_t bytes_per_slot() const { return size_t(n_layers_ * (conv_floats_ + s_floats_)) * sizeof(float); }
+
+ private:
+  // Slot-major: one slot's state in all layers is one contiguous range.
+  float* base(int64_t layer, int64_t slot) const {
+    return data_.get() + (slot * n_layers_ + layer) * (conv_floats_ + s_floats_);
+  }
+  int64_t n_layers_ = 0, conv_floats_ = 0, s_floats_ = 0;
+  Buffer<float> data_;
+};
+
+}  // namespace ellm
