@@ -1,5 +1,7 @@
-"""shared/golden/*/chat.json through the real server: every case whose greedy path has a clear
-margin comes back token for token (as text), with usage.prompt_tokens = len(prompt_ids)."""
+"""shared/golden/*/chat.json through the real server, the Qwen3 and the hybrid Qwen3.5 models:
+every case renders and tokenizes to the reference prompt (usage.prompt_tokens = len(prompt_ids)),
+streams the same text it answers whole, and, where its greedy path has a clear margin, comes
+back token for token (as text)."""
 import json
 import os
 import sys
@@ -10,21 +12,25 @@ from server_harness import SHARED, Server, check  # noqa: E402
 
 def main():
     checked = 0
-    for name in ("tiny-qwen3", "tiny-qwen3-moe"):
+    for name in ("tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen35", "tiny-qwen35-moe"):
         golden = json.load(open(os.path.join(SHARED, "golden", name, "chat.json")))
         with Server(os.path.join(SHARED, "models", name), sequence_length=2048) as s:
             for case in golden["cases"]:
-                if case["min_margin"] < golden["safe_margin"]:
-                    continue
+                what = f"{name}/{case['name']}"
                 status, r = s.post("/v1/chat/completions", dict(case["request"], session_cache=False))
-                check(status == 200, f"{name}/{case['name']}: {status} {r}")
+                check(status == 200, f"{what}: {status} {r}")
                 check(r["usage"]["prompt_tokens"] == len(case["prompt_ids"]),
-                      f"{name}/{case['name']}: prompt_tokens {r['usage']['prompt_tokens']} != {len(case['prompt_ids'])}")
+                      f"{what}: prompt_tokens {r['usage']['prompt_tokens']} != {len(case['prompt_ids'])}")
                 message = r["choices"][0]["message"]
                 text = (message.get("content") or "")
+                chunks, done = s.stream("/v1/chat/completions", dict(case["request"], session_cache=False))
+                streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+                check(done and streamed == text, f"{what}: streamed {streamed!r}, whole {text!r}")
+                if case["min_margin"] < golden["safe_margin"]:
+                    continue
                 check(text == case["completion_text"] and not message.get("tool_calls"),
-                      f"{name}/{case['name']}: {text!r} != {case['completion_text']!r}")
-                check(r["usage"]["completion_tokens"] == len(case["completion_ids"]), f"{name}/{case['name']}: completion length")
+                      f"{what}: {text!r} != {case['completion_text']!r}")
+                check(r["usage"]["completion_tokens"] == len(case["completion_ids"]), f"{what}: completion length")
                 checked += 1
     check(checked > 0, "no golden case checked")
     print(f"ok: {checked} golden cases")

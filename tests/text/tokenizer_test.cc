@@ -416,3 +416,34 @@ TEST(TokenizerCli, ErrorsAreOneLineAndExitNonZero) {
 
 }  // namespace
 }  // namespace ellm
+
+namespace ellm {
+namespace {
+
+std::vector<std::string> pieces(const std::string& pattern, const std::string& text) {
+  UnicodeRegex regex(pattern, "test");
+  std::vector<std::string> out;
+  regex.split(text, [&](std::string_view piece) { out.emplace_back(piece); });
+  return out;
+}
+
+// Qwen3.5's pre-tokenizer regex (its tokenizer.json, as QWEN35.md gives it) adds \p{M} to letter
+// runs: a word in Devanagari or Thai stays one piece, where Qwen3's regex splits at every
+// combining mark. On text without marks the two agree. The regex comes from tokenizer.json, so
+// this checks the engine that runs it.
+TEST(Tokenizer, Qwen35RegexKeepsCombiningMarksInLetterRuns) {
+  const std::string qwen35 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const std::string qwen3 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const std::string namaste = "\xe0\xa4\xa8\xe0\xa4\xae\xe0\xa4\xb8\xe0\xa5\x8d\xe0\xa4\xa4\xe0\xa5\x87";  // नमस्ते
+  EXPECT_EQ(pieces(qwen35, "say " + namaste + "!"), (std::vector<std::string>{"say", " " + namaste, "!"}));
+  EXPECT_GT(pieces(qwen3, "say " + namaste + "!").size(), 3u);
+  const std::string thai = "\xe0\xb8\xaa\xe0\xb8\xa7\xe0\xb8\xb1\xe0\xb8\xaa\xe0\xb8\x94\xe0\xb8\xb5";  // สวัสดี
+  EXPECT_EQ(pieces(qwen35, thai), std::vector<std::string>{thai});
+  for (const char* plain : {"Hello, world! It's 2026.\n\n  x = f(y)", "don't\tSTOP 123"})
+    EXPECT_EQ(pieces(qwen35, plain), pieces(qwen3, plain)) << plain;
+}
+
+}  // namespace
+}  // namespace ellm
