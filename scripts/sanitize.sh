@@ -53,7 +53,14 @@ export TSAN_OPTIONS="suppressions=$root/.ci/tsan.supp:second_deadlock_stack=1:lo
 status=0
 cd "$dir"
 if [ "$kind" = asan ]; then
-  ctest --output-on-failure -j 2 -E '^e2e_' || status=1
+  # The golden sessions are numerics checks that the release run makes on every model; under ASan
+  # (5 to 100 s each) one model per code path walks the same memory: dense BF16, MoE FP8, 4-bit,
+  # hybrid MoE. The others are left out here, and so is the hybrid chunking comparison (full
+  # logits of 245 positions, several times, on every tier: over 10 minutes under ASan), whose
+  # passes the kept hybrid golden sessions also run.
+  same_paths='GoldenSession\..*/(tiny_qwen3_moe|tiny_qwen3_fp8|tiny_qwen3_awq|tiny_qwen35)( |$)'
+  same_paths="$same_paths|^Qwen35Forward\.AnyChunkingGivesTheSameLogitsOnEveryTier"
+  ctest --output-on-failure -j 2 -E "^e2e_|$same_paths" || status=1
 else
   # The grammar tests (test_grammar) are single-threaded and walk the 151k-token vocabulary
   # thousands of times: minutes under TSan for nothing it can find. ASan runs them.

@@ -215,15 +215,20 @@ TEST(Qwen35Forward, AnyChunkingGivesTheSameLogitsOnEveryTier) {
       auto model = Model::load(shared_model(name), limits());
       const int64_t V = model->vocab_size();
       std::vector<float> at_once = feed(*model, tokens, {245});
+      // Token by token over the first 96 positions only (past the first chunk of 64): each
+      // single-token pass costs as much as a chunk, and under ASan the whole session took minutes.
+      const std::vector<int32_t> head(tokens.begin(), tokens.begin() + 96);
       for (const std::vector<int64_t>& cuts :
            {std::vector<int64_t>{1, 63, 2, 64, 65, 50}, std::vector<int64_t>{}}) {
-        std::vector<double> err = position_diffs(at_once, feed(*model, tokens, cuts), V);
+        const std::vector<float> other = feed(*model, cuts.empty() ? head : tokens, cuts);
+        std::vector<double> err = position_diffs(std::vector<float>(at_once.begin(), at_once.begin() + other.size()), other, V);
         std::vector<double> sorted = err;
         std::sort(sorted.begin(), sorted.end());
+        const size_t p90 = sorted.size() * 9 / 10;
         std::printf("[%s %s] at once vs %s: |diff| p50 %.3f p90 %.3f max %.3f\n", name.c_str(),
-                    isa_name(isa), cuts.empty() ? "token by token" : "chunked", sorted[122],
-                    sorted[220], sorted.back());
-        EXPECT_LE(sorted[220], atol) << isa_name(isa);
+                    isa_name(isa), cuts.empty() ? "token by token" : "chunked", sorted[sorted.size() / 2],
+                    sorted[p90], sorted.back());
+        EXPECT_LE(sorted[p90], atol) << isa_name(isa);
         EXPECT_EQ(err[0], 0.0) << "the first token: the same arithmetic";
       }
       EXPECT_EQ(feed(*model, tokens, {245}), at_once) << "a pass must not depend on the last one";
