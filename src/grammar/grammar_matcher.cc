@@ -351,8 +351,12 @@ GrammarMatcher::Step GrammarMatcher::key_byte(Thread& t, Frame& f, const Grammar
       f.free_key = 0;  // an escape: not supported in additional names
     }
   }
+  // A name that may no longer come (a duplicate, or Coder's end before a required parameter)
+  // is no way forward: without another, the byte is refused now, not when the name completes.
+  bool allowed = false;
+  for (int32_t i = lo; i < hi && !allowed; ++i) allowed = key_allowed(f, n, n.key_order[i]);
   f.lo = lo, f.hi = hi, ++f.pos;
-  return lo < hi || f.free_key ? Step::consumed : Step::dead;
+  return allowed || f.free_key ? Step::consumed : Step::dead;
 }
 
 GrammarMatcher::Step GrammarMatcher::literal_byte(Frame& f, const GrammarNode& n, int b) {

@@ -295,6 +295,28 @@ TEST(JsonSchema, ToolCallsInBothFormats) {
   EXPECT_FALSE(accepts(coder, "<tool_call>\n<function=get_weather>\n<parameter=city>\na<b\n</parameter>\n</function>\n</tool_call>"));
 }
 
+// A key that may no longer come is refused at its first byte that rules out every other key, so
+// every state the matcher keeps can still be completed (found by fuzz_json_schema: "</" before a
+// required parameter was taken, and the state had no way to end).
+TEST(JsonSchema, KeysThatMayNotComeAreRefusedAtTheirFirstByte) {
+  auto coder = compile_tool_calls(json::parse(R"([{"type":"function","function":{"name":"f","strict":true,"parameters":
+      {"type":"object","properties":{"q":{"type":"string"},"k":{"type":"integer"}},"required":["q"]}}}])"),
+                                  ToolCallStyle::qwen3_coder, "", 2);
+  GrammarMatcher m(coder.get());
+  const std::string head = "<tool_call>\n<function=f>\n<";
+  ASSERT_TRUE(m.feed(head.data(), head.size()));
+  GrammarMatcher end;
+  end.copy_from(m);
+  EXPECT_FALSE(end.feed('/'));  // "</function>" before the required q
+  EXPECT_TRUE(m.feed('p'));
+  auto object = schema(R"({"type":"object","properties":{"a":{"type":"integer"},"ab":{"type":"integer"}}})");
+  GrammarMatcher dup(object.get());
+  const std::string seen = "{\"a\":1,\"a";
+  ASSERT_TRUE(dup.feed(seen.data(), seen.size()));
+  EXPECT_LT(dup.min_bytes(), 100);  // "ab" is still open
+  EXPECT_FALSE(dup.feed('"'));      // a second "a" is not
+}
+
 // Draws tokens at random among the allowed ones until the output may end (or the budget is
 // spent), checking on the way that the fast path and the full trie walk agree.
 std::string random_output(const std::shared_ptr<const Grammar>& g, uint64_t seed, int64_t budget, bool compare) {
