@@ -12,6 +12,10 @@ float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch's threshold
 
+// Below this many tokens of one slot the recurrence costs less than a chunk (bench_gdn: a token
+// of a 128 x 128 head takes 2.3 us, a chunk of 17 tokens 21 us and one of 64 tokens 64 us).
+constexpr int64_t kRecurrentRun = 16;
+
 }  // namespace
 
 // Gated attention, per token: q_proj's rows hold [query | gate] per head. q = rope(q_norm(q)),
@@ -144,8 +148,10 @@ void Qwen3Model::gdn_block(int64_t layer, const PassRows& r) {
     });
   });
 
-  // o = delta_rule(...) per (slot, v head): the recurrence for a single token, the chunked
-  // form for more, kDeltaChunk tokens at a time.                o: [n][Hv][dv]
+  // o = delta_rule(...) per (slot, v head), kDeltaChunk tokens at a time: the chunked form, or
+  // the recurrence for up to kRecurrentRun tokens. A decode step and a short group of tokens
+  // (speculative drafts being checked) then run exactly the same arithmetic, token by token.
+  //                                                             o: [n][Hv][dv]
   const size_t scratch_floats = gated_delta_chunk_scratch_floats(dk, dv);
   const double delta_flops = 6.0 * double(n * Hv * dk * dv);
   profiler_.time(Op::gdn_delta, delta_flops, double(n_slots * Hv * dk * dv * 8), [&] {
@@ -163,8 +169,10 @@ void Qwen3Model::gdn_block(int64_t layer, const PassRows& r) {
             const float* g = act_.gdn_g + t0 * Hv + j;
             const float* beta = act_.gdn_beta + t0 * Hv + j;
             float* o = act_.gdn_o + t0 * VD + j * dv;
-            if (run.count == 1)
-              gated_delta_step(S, dk, dv, q, k, v, std::exp(g[0]), beta[0], o);
+            if (len <= kRecurrentRun)
+              for (int64_t t = 0; t < len; ++t)
+                gated_delta_step(S, dk, dv, q + t * CD, k + t * CD, v + t * CD, std::exp(g[t * Hv]),
+                                 beta[t * Hv], o + t * VD);
             else
               gated_delta_chunk(S, dk, dv, q, k, CD, v, CD, g, beta, Hv, len, o, VD, scratch);
           }
