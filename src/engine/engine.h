@@ -101,9 +101,10 @@ struct EngineMetrics {
   Histogram time_to_first_token, inter_token_latency, e2e_latency;
   SessionMetrics sessions;
   // Speculative decoding, per proposer: checks (groups of proposals checked), tokens proposed,
-  // and of those the tokens kept.
+  // of those the tokens kept, and the time spent proposing (a draft model's or MTP's passes).
   struct Speculative {
     int64_t checks = 0, proposed = 0, accepted = 0;
+    double propose_seconds = 0;
   };
   Speculative speculative[int(Proposer::count)];
 };

@@ -550,7 +550,10 @@ void Scheduler::add_proposals(size_t n_decode) {
       if (request.proposer == proposer && depth_[i] > 0)
         draft_jobs_.push_back({s, request.sequence, depth_[i], proposals_[s].data()});
     }
+    const auto start = Clock::now();
     drafter_->propose(proposer, draft_jobs_);
+    if (!draft_jobs_.empty())
+      local_metrics_.speculative[int(proposer)].propose_seconds += seconds_between(start, Clock::now());
     for (const DraftJob& job : draft_jobs_)
       for (size_t i = 0; i < n_decode; ++i)
         if (parts_[i].slot == job.slot) parts_[i].proposed = job.made;
@@ -559,8 +562,11 @@ void Scheduler::add_proposals(size_t n_decode) {
   for (size_t i = 0; i < n_decode; ++i) {
     PassPart& part = parts_[i];
     ActiveRequest& request = *active_[part.slot];
-    if (request.proposer == Proposer::ngram && depth_[i] > 0)
+    if (request.proposer == Proposer::ngram && depth_[i] > 0) {
+      const auto start = Clock::now();
       part.proposed = propose_ngram(request.sequence, depth_[i], proposals_[part.slot].data());
+      local_metrics_.speculative[int(Proposer::ngram)].propose_seconds += seconds_between(start, Clock::now());
+    }
     const BatchToken next = batch_[i];
     if (part.proposed == 0) {
       spec_batch_.push_back(next);
@@ -713,6 +719,10 @@ void Scheduler::check_proposals(const PassPart& part, size_t first_row) {
   const std::vector<int32_t>& proposed = proposals_[s];
   const int64_t begin = int64_t(slot.tokens.size());
   slot.tokens.push_back(active_[s]->sequence[size_t(begin)]);
+  // Counted as it goes: a request that ends here publishes the metrics.
+  EngineMetrics::Speculative& counts = local_metrics_.speculative[int(proposer)];
+  ++counts.checks;
+  counts.proposed += part.proposed;
   int64_t kept = 0;
   for (int64_t i = 0; i <= part.proposed; ++i) {
     std::span<float> logits(logits_.data() + (first_row + size_t(i)) * vocab_size_, vocab_size_);
@@ -726,15 +736,12 @@ void Scheduler::check_proposals(const PassPart& part, size_t first_row) {
     if (!active_[s] || proposal < 0 || chosen != proposal) break;  // a request that ended keeps no more
     slot.tokens.push_back(proposal);
     ++kept;
+    ++counts.accepted;
   }
   slot.kv_high = std::max<int64_t>(slot.kv_high, begin + 1 + part.proposed);
   model_.accept(s, begin + 1 + kept);
   drafter_->accepted(s, begin + 1 + kept);
   if (active_[s]) active_[s]->speculation.record(int(part.proposed), int(kept));
-  EngineMetrics::Speculative& counts = local_metrics_.speculative[int(proposer)];
-  ++counts.checks;
-  counts.proposed += part.proposed;
-  counts.accepted += kept;
 }
 
 // Samples the slot's next token (keeping `proposal` when it passes, speculative decoding) and

@@ -41,9 +41,10 @@ int propose_ngram(std::span<const int32_t> sequence, int k, int32_t* out) {
     }
   }
   if (best_len < kMinNgram) return 0;
-  const int count = int(std::min<int64_t>(k, n - best_end));
-  std::copy(s + best_end, s + best_end + count, out);
-  return count;
+  // What followed the match; where that runs into the end, the sequence repeats itself with
+  // period n - best_end (a loop, or a match overlapping the end), and so the proposal.
+  for (int j = 0; j < k; ++j) out[j] = s[best_end + j % (n - best_end)];
+  return k;
 }
 
 void SpeculationControl::start(int max_depth) {

@@ -26,8 +26,9 @@ const char* proposer_name(Proposer proposer);
 Proposer parse_proposer(const std::string& name, const std::string& where);
 
 // Prompt lookup: the most recent earlier occurrence of the longest n-gram (kMinNgram ..
-// kMaxNgram tokens) that ends `sequence`; up to k of the tokens that followed it go to out.
-// Returns how many (0: no match).
+// kMaxNgram tokens) that ends `sequence`; the k tokens that followed it go to out (where they
+// run into the end, the sequence is taken to repeat with that period). Returns k, or 0 when
+// nothing matches.
 constexpr int kMinNgram = 2, kMaxNgram = 8;
 int propose_ngram(std::span<const int32_t> sequence, int k, int32_t* out);
 

@@ -93,6 +93,7 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, co
   per_proposer("ellm:spec_decode_num_drafts_total", "Speculative decoding: groups of proposed tokens checked.", [](const S& s) { return s.checks; });
   per_proposer("ellm:spec_decode_num_draft_tokens_total", "Speculative decoding: tokens proposed.", [](const S& s) { return s.proposed; });
   per_proposer("ellm:spec_decode_num_accepted_tokens_total", "Speculative decoding: proposed tokens kept.", [](const S& s) { return s.accepted; });
+  per_proposer("ellm:spec_decode_propose_seconds_total", "Speculative decoding: seconds spent proposing (draft model or MTP passes, prompt lookup).", [](const S& s) { return s.propose_seconds; });
   histogram("ellm:time_to_first_token_seconds", "Time from arrival to the first generated token.", m.time_to_first_token);
   histogram("ellm:inter_token_latency_seconds", "Time between consecutive generated tokens.", m.inter_token_latency);
   histogram("ellm:e2e_request_latency_seconds", "Time from arrival to the last token.", m.e2e_latency);

@@ -125,9 +125,12 @@ TEST(PromptLookup, ProposesWhatFollowedTheLongestLatestMatch) {
   EXPECT_EQ(out[1], 4);
   s = {1, 2, 3, 4};  // nothing repeats
   EXPECT_EQ(propose_ngram(s, 4, out), 0);
-  s = {5, 6, 5, 6};  // the match runs into the end: only what follows it
-  ASSERT_EQ(propose_ngram(s, 4, out), 2);
-  EXPECT_EQ(out[0], 5);
+  s = {9, 5, 6, 5, 6};  // the match runs into the end: the loop goes on
+  ASSERT_EQ(propose_ngram(s, 4, out), 4);
+  EXPECT_EQ(std::vector<int32_t>(out, out + 4), (std::vector<int32_t>{5, 6, 5, 6}));
+  s = {3, 3, 3};
+  ASSERT_EQ(propose_ngram(s, 3, out), 3);
+  EXPECT_EQ(std::vector<int32_t>(out, out + 3), (std::vector<int32_t>{3, 3, 3}));
 }
 
 TEST(SpeculativeEngine, RequestsChooseTheirProposerWithinWhatTheServerHas) {
