@@ -9,6 +9,8 @@
 //              - a draft model identical to the model: real greedy decoding, every proposal
 //                kept (rows are batch invariant), the draft's passes paid for in full; its
 //                time proposing is reported, and the tokens/s without it.
+//   rollback   (hybrid models) what rolling back a cut group costs, against keeping a state per
+//              position of the group
 //   edit       prompt lookup on an edit workload: a file in the prompt (2,000 tokens), the
 //              output that file with a few edits (scripted), against plain decoding.
 //
@@ -28,7 +30,11 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/cpu.h"
+#include "base/threads.h"
 #include "engine/engine.h"
+#include "model/config.h"
+#include "model/gdn_rollback.h"
 #include "model/model.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -118,6 +124,45 @@ std::vector<int> parse_list(const std::string& text) {
   return out;
 }
 
+// A hybrid model's rollback of a group of k + 1 tokens (model/gdn_rollback.h) against keeping a
+// state per position of the group: the state copy every group costs, and the replay of the
+// kept tokens a cut group costs, against k + 1 state copies.
+void rollback_costs(const ModelConfig& c, int k, int threads, double decode_ms) {
+  int64_t layers = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers += c.is_linear_layer(l);
+  GdnState state(layers, 1, c.linear_conv_kernel_dim, c.conv_dim(), c.linear_num_value_heads,
+                 c.linear_key_head_dim, c.linear_value_head_dim);
+  GdnRollback rollback({layers, c.linear_conv_kernel_dim, c.conv_dim(), c.linear_num_key_heads,
+                        c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim},
+                       1, k + 1);
+  ThreadTeam team(threads > 0 ? threads : physical_core_count());
+  const size_t bytes = state.bytes_per_slot();
+  std::vector<uint8_t> copies(bytes * size_t(k + 1));
+  auto time_ms = [](auto&& fn) {
+    double best = 1e30;
+    for (int round = 0; round < 5; ++round) {
+      const auto start = std::chrono::steady_clock::now();
+      fn();
+      best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+    return best;
+  };
+  const double save = time_ms([&] { rollback.save(state, 0); });
+  const double replay_one = time_ms([&] { rollback.restore(state, 0, 1, team); });
+  const double replay_all = time_ms([&] { rollback.restore(state, 0, k, team); });
+  const double per_position = time_ms([&] {
+    for (int t = 0; t <= k; ++t) std::memcpy(copies.data() + size_t(t) * bytes, state.conv(0, 0), bytes);
+  });
+  std::printf("\n== rollback of a group of %d tokens: recurrent state %.1f MiB (%lld Gated DeltaNet layers), "
+              "decode step %.1f ms\n", k + 1, double(bytes) / (1 << 20), static_cast<long long>(layers), decode_ms);
+  std::printf("state copied before each group           %7.2f ms  (%4.1f%% of a decode step)\n", save, 100 * save / decode_ms);
+  std::printf("cut group: restore + replay of 1 token    %7.2f ms  (%4.1f%%)\n", replay_one, 100 * replay_one / decode_ms);
+  std::printf("cut group: restore + replay of %d tokens   %7.2f ms  (%4.1f%%)\n", k, replay_all, 100 * replay_all / decode_ms);
+  std::printf("instead, a state per position (%d copies)   %7.2f ms  (%4.1f%%) every group\n", k + 1, per_position,
+              100 * per_position / decode_ms);
+  std::fflush(stdout);
+}
+
 GenerateRequest greedy(std::vector<int32_t> prompt, int64_t max_tokens, const char* proposer, int k) {
   GenerateRequest r;
   r.prompt = std::move(prompt);
@@ -179,7 +224,8 @@ int main(int argc, char** argv) try {
   std::printf("bench_speculative: %s (draft %s), batch 1, load average %s\n", model_dir.c_str(),
               draft_dir.c_str(), load_average().c_str());
 
-  // Mechanism: a prompt from the file's start, then its greedy continuation G.
+  double decode_ms = 0;  // plain decode, per token
+  // Mechanism: a prompt from the file's start.
   const std::vector<int32_t> prompt(file_ids.begin(), file_ids.begin() + 128);
   {
     Engine engine(std::move(model), tokenizer, options, std::move(draft));
@@ -187,6 +233,7 @@ int main(int argc, char** argv) try {
                 static_cast<long long>(tokens), prompt.size());
     Run plain = run(engine, greedy(prompt, tokens, "none", 0), Proposer::none);
     print_base("plain decode", plain);
+    decode_ms = 1e3 * plain.decode_seconds / double(plain.tokens);
     for (int k : ks)
       print_row("draft model = the model", k, run(engine, greedy(prompt, tokens, "draft", k), Proposer::draft), plain);
     // The free proposals need the script hook: a second engine, the model reloaded.
@@ -229,6 +276,8 @@ int main(int argc, char** argv) try {
     for (int k : ks)
       print_row("prompt lookup", k, run(engine, greedy(request, n, "ngram", k), Proposer::ngram), plain);
   }
+  const ModelConfig config = load_model_config(model_dir);
+  if (config.is_hybrid()) rollback_costs(config, k_max, threads, decode_ms);
   std::printf("\nload average at the end %s\n", load_average().c_str());
   return 0;
 } catch (const std::exception& e) {
