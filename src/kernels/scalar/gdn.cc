@@ -75,20 +75,15 @@ void gated_delta_step(float* S, int64_t dk, int64_t dv, const float* q, const fl
                       const float* v, float decay, float beta, float* out) {
   float e[kMaxDeltaHeadDim];  // v - S^T k, then beta times that
   for (int64_t j = 0; j < dv; ++j) e[j] = v[j];
-  for (int64_t i = 0; i < dk; ++i) {
-    float* row = S + i * dv;
-    for (int64_t j = 0; j < dv; ++j) {
-      row[j] *= decay;
-      e[j] -= row[j] * k[i];
-    }
-  }
+  for (int64_t i = 0; i < dk; ++i)  // e = v - (decay S)^T k
+    for (int64_t j = 0; j < dv; ++j) e[j] -= (S[i * dv + j] * decay) * k[i];
   for (int64_t j = 0; j < dv; ++j) {
     e[j] *= beta;
     out[j] = 0;
   }
-  for (int64_t i = 0; i < dk; ++i) {
+  for (int64_t i = 0; i < dk; ++i) {  // S = decay S + k (beta e)^T; out = S^T q
     float* row = S + i * dv;
-    axpy(k[i], e, row, dv);
+    for (int64_t j = 0; j < dv; ++j) row[j] = row[j] * decay + k[i] * e[j];
     axpy(q[i], row, out, dv);
   }
 }
