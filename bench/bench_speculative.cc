@@ -19,6 +19,7 @@
 //
 //   bench_speculative --model DIR [--draft DIR] [--tokens N] [--ks 2,4,8] [--file PATH]
 //                     [--file-tokens 2000] [--copy-tokens 512] [--threads N]
+//                     [--sections mechanism,free,edit,rollback]
 #include <sys/resource.h>
 
 #include <chrono>
@@ -29,8 +30,8 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
 #include "base/cpu.h"
+#include "base/error.h"
 #include "base/threads.h"
 #include "engine/engine.h"
 #include "model/config.h"
@@ -154,12 +155,15 @@ void rollback_costs(const ModelConfig& c, int k, int threads, double decode_ms) 
     for (int t = 0; t <= k; ++t) std::memcpy(copies.data() + size_t(t) * bytes, state.conv(0, 0), bytes);
   });
   std::printf("\n== rollback of a group of %d tokens: recurrent state %.1f MiB (%lld Gated DeltaNet layers), "
-              "decode step %.1f ms\n", k + 1, double(bytes) / (1 << 20), static_cast<long long>(layers), decode_ms);
-  std::printf("state copied before each group           %7.2f ms  (%4.1f%% of a decode step)\n", save, 100 * save / decode_ms);
-  std::printf("cut group: restore + replay of 1 token    %7.2f ms  (%4.1f%%)\n", replay_one, 100 * replay_one / decode_ms);
-  std::printf("cut group: restore + replay of %d tokens   %7.2f ms  (%4.1f%%)\n", k, replay_all, 100 * replay_all / decode_ms);
-  std::printf("instead, a state per position (%d copies)   %7.2f ms  (%4.1f%%) every group\n", k + 1, per_position,
-              100 * per_position / decode_ms);
+              "decode step %.1f ms (0: not measured)\n", k + 1, double(bytes) / (1 << 20),
+              static_cast<long long>(layers), decode_ms);
+  auto row = [&](const std::string& what, double ms) {
+    std::printf("%-44s %7.2f ms  (%4.1f%% of a decode step)\n", what.c_str(), ms, decode_ms > 0 ? 100 * ms / decode_ms : 0.0);
+  };
+  row("state copied before each group", save);
+  row("cut group: restore + replay of 1 token", replay_one);
+  row("cut group: restore + replay of " + std::to_string(k) + " tokens", replay_all);
+  row("instead, a state per position (" + std::to_string(k + 1) + " copies)", per_position);
   std::fflush(stdout);
 }
 
@@ -181,6 +185,7 @@ int main(int argc, char** argv) try {
   int64_t tokens = 128, file_tokens = 2000, copy_tokens = 512;
   int threads = 0;
   std::vector<int> ks = {2, 4, 8};
+  std::string sections = "mechanism,free,edit,rollback";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--model") model_dir = value;
@@ -191,10 +196,12 @@ int main(int argc, char** argv) try {
     else if (flag == "--file-tokens") file_tokens = std::stoll(value);
     else if (flag == "--copy-tokens") copy_tokens = std::stoll(value);
     else if (flag == "--threads") threads = std::stoi(value);
+    else if (flag == "--sections") sections = value;
     else throw Error("bench_speculative: unknown flag " + flag);
   }
   if (model_dir.empty()) throw Error("usage: bench_speculative --model DIR [--draft DIR] [--tokens N] [--ks 2,4,8] "
-                                     "[--file PATH] [--file-tokens N] [--copy-tokens N] [--threads N]");
+                                     "[--file PATH] [--file-tokens N] [--copy-tokens N] [--threads N] "
+                                     "[--sections mechanism,free,edit,rollback]");
   if (draft_dir.empty()) draft_dir = model_dir;
   int k_max = 0;
   for (int k : ks) k_max = std::max(k_max, k);
@@ -215,8 +222,8 @@ int main(int argc, char** argv) try {
   limits.batch_size = 1;
   limits.threads = threads;
   limits.speculative_tokens = k_max;
-  auto model = Model::load(model_dir, limits);
-  auto draft = Model::load(draft_dir, limits, model.get());
+  auto wanted = [&](const char* section) { return sections.find(section) != std::string::npos; };
+  std::unique_ptr<Model> model;
   EngineOptions options;
   options.num_speculative_tokens = k_max;
   options.speculative_pass_rows = k_max + 1;
@@ -227,7 +234,9 @@ int main(int argc, char** argv) try {
   double decode_ms = 0;  // plain decode, per token
   // Mechanism: a prompt from the file's start.
   const std::vector<int32_t> prompt(file_ids.begin(), file_ids.begin() + 128);
-  {
+  if (wanted("mechanism")) {
+    model = Model::load(model_dir, limits);
+    auto draft = Model::load(draft_dir, limits, model.get());
     Engine engine(std::move(model), tokenizer, options, std::move(draft));
     std::printf("\n== mechanism: proposals always right, %lld tokens after a %zu-token prompt\n",
                 static_cast<long long>(tokens), prompt.size());
@@ -236,9 +245,8 @@ int main(int argc, char** argv) try {
     decode_ms = 1e3 * plain.decode_seconds / double(plain.tokens);
     for (int k : ks)
       print_row("draft model = the model", k, run(engine, greedy(prompt, tokens, "draft", k), Proposer::draft), plain);
-    // The free proposals need the script hook: a second engine, the model reloaded.
   }
-  {
+  if (wanted("free")) {  // the script hook takes a second engine
     // The "answer" is the file's next tokens (real text: a random model's own output tends to
     // loop on a token or two).
     const std::vector<int32_t> answer(file_ids.begin() + 128, file_ids.begin() + 128 + tokens);
@@ -250,10 +258,11 @@ int main(int argc, char** argv) try {
     with_answer.insert(with_answer.end(), answer.begin(), answer.end());
     Run plain = run(engine, greedy(with_answer, tokens, "none", 0), Proposer::none);
     print_base("plain decode (same context)", plain);
+    if (decode_ms == 0) decode_ms = 1e3 * plain.decode_seconds / double(plain.tokens);
     for (int k : ks)
       print_row("free proposals (prompt lookup)", k, run(engine, greedy(with_answer, tokens, "ngram", k), Proposer::ngram), plain);
   }
-  {
+  if (wanted("edit")) {
     // The edit workload: the file, then an edited copy of its first copy_tokens tokens.
     std::vector<int32_t> edited(file_ids.begin(), file_ids.begin() + copy_tokens);
     for (int64_t at : {copy_tokens / 8, copy_tokens / 3, copy_tokens / 2, 3 * copy_tokens / 4})
@@ -277,7 +286,7 @@ int main(int argc, char** argv) try {
       print_row("prompt lookup", k, run(engine, greedy(request, n, "ngram", k), Proposer::ngram), plain);
   }
   const ModelConfig config = load_model_config(model_dir);
-  if (config.is_hybrid()) rollback_costs(config, k_max, threads, decode_ms);
+  if (config.is_hybrid() && wanted("rollback")) rollback_costs(config, k_max, threads, decode_ms);
   std::printf("\nload average at the end %s\n", load_average().c_str());
   return 0;
 } catch (const std::exception& e) {
