@@ -4,6 +4,7 @@
 // stream (decode_weight_stream), which is larger than any cache, against the read bandwidth.
 //
 //   bench_gemm --benchmark_filter='0.6B'     ELLM_ISA=avx2 bench_gemm ...
+// Kinds: matmul/ (BF16), matmul_fp8/, matmul_int4/ (BF16 inputs), matmul_int4_int8/ (int8 inputs).
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
@@ -15,6 +16,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/clock.h"
@@ -67,10 +69,11 @@ const PackedWeights& fp8_weights(int64_t n, int64_t k) {
   return *slot;
 }
 
-// The same shapes as INT4 weights in groups of 128 (random codes and zero points).
-const PackedWeights& int4_weights(int64_t n, int64_t k) {
-  static std::map<std::pair<int64_t, int64_t>, std::unique_ptr<PackedWeights>> cache;
-  auto& slot = cache[{n, k}];
+// The same shapes as INT4 weights in groups of 128 (random codes and zero points); `int8`: their
+// products quantise the inputs to int8 (--activations int8).
+const PackedWeights& int4_weights(int64_t n, int64_t k, bool int8) {
+  static std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<PackedWeights>> cache;
+  auto& slot = cache[{n, k, int8}];
   if (!slot) {
     std::vector<uint8_t> codes(size_t(n * k)), zeros(size_t(n * k / 128));
     std::mt19937 rng(1);
@@ -79,14 +82,17 @@ const PackedWeights& int4_weights(int64_t n, int64_t k) {
     std::vector<float> scales(zeros.size(), 1.0f / 16);
     slot = std::make_unique<PackedWeights>(
         pack_int4_weights(codes.data(), scales.data(), zeros.data(), n, k, 128, active_isa()));
+    slot->int8_inputs = int8;
   }
   return *slot;
 }
 
 void BM_matmul(benchmark::State& state, int64_t n, int64_t k, const std::string& kind) {
   int64_t m = state.range(0);
-  const PackedWeights& w = kind == "fp8" ? fp8_weights(n, k) : kind == "int4" ? int4_weights(n, k)
-                                                                               : weights(n, k);
+  const PackedWeights& w = kind == "fp8"         ? fp8_weights(n, k)
+                           : kind == "int4"      ? int4_weights(n, k, false)
+                           : kind == "int4_int8" ? int4_weights(n, k, true)
+                                                 : weights(n, k);
   std::vector<bf16> x(size_t(m * k), f32_to_bf16(0.01f));
   auto y = make_buffer<float>(size_t(m * n));
   double cpu_start = thread_cpu_seconds();
@@ -120,6 +126,8 @@ const Shape kShapes[] = {
     {"0.6B/gate_up", 3072 * 2, 1024},       {"0.6B/down", 1024, 3072},
     {"8B/qkv", 4096 + 1024 + 1024, 4096},   {"8B/o_proj", 4096, 4096},
     {"8B/gate_up", 12288 * 2, 4096},        {"8B/down", 4096, 12288},
+    // A slice of gate_up small enough for L2 (INT4: 256 KiB): the kernels' compute alone.
+    {"L2/gate_up_slice", 512, 1024},
 };
 
 // 12 independent vdpbf16ps chains, no memory: 12 x 16 lanes x 2 MACs x 2 FLOP per iteration.
@@ -137,6 +145,30 @@ __attribute__((target("avx512f,avx512bf16"))) float dpbf16_loop(int64_t iteratio
   float lanes[16];
   _mm512_storeu_ps(lanes, sum);
   return lanes[0];
+}
+
+// The same with vpdpbusd (AVX-512-VNNI): 12 x 16 lanes x 4 int8 MACs x 2 "FLOP" per iteration.
+__attribute__((target("avx512f,avx512vnni"))) int dpbusd_loop(int64_t iterations) {
+  __m512i acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_epi32(i);
+  __m512i a = _mm512_set1_epi32(0x01020304), b = a;
+  for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+    __asm__ volatile("" : "+v"(a), "+v"(b));
+  }
+  __m512i sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm512_add_epi32(sum, acc[i]);
+  return _mm512_reduce_add_epi32(sum);
+}
+
+void BM_dpbusd_peak(benchmark::State& state) {
+  if (best_isa() < Isa::avx512) return state.SkipWithError("no AVX-512");
+  constexpr int64_t kIterations = 1 << 20;
+  double cpu_start = thread_cpu_seconds();
+  for (auto _ : state) benchmark::DoNotOptimize(dpbusd_loop(kIterations));
+  state.counters["core_GOP/s"] = double(kIterations) * 12 * 16 * 8 /
+                                 ((thread_cpu_seconds() - cpu_start) / double(state.iterations())) * 1e-9;
 }
 
 void BM_dpbf16_peak(benchmark::State& state) {
@@ -221,7 +253,7 @@ void BM_decode_weight_stream(benchmark::State& state) {
 
 int register_all() {
   for (const Shape& s : kShapes) {
-    for (const std::string kind : {"bf16", "fp8", "int4"}) {
+    for (const std::string kind : {"bf16", "fp8", "int4", "int4_int8"}) {
       auto* b = benchmark::RegisterBenchmark(
           ((kind == "bf16" ? "matmul/" : "matmul_" + kind + "/") + s.name).c_str(), BM_matmul, s.n,
           s.k, kind);
@@ -232,6 +264,7 @@ int register_all() {
       ->ArgNames({"m", "lm_head_only"})->Args({1, 0})->Args({1, 1})->Args({4, 0})
       ->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("dpbf16_peak/threads", BM_dpbf16_peak)->Arg(1)->Arg(kThreads)->UseRealTime();
+  benchmark::RegisterBenchmark("dpbusd_peak/one_core", BM_dpbusd_peak)->UseRealTime();
   return 0;
 }
 const int registered = register_all();

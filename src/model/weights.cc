@@ -138,7 +138,7 @@ class Loader {
       n += t->shape[0];
     }
     PackedWeights w;
-    if (quantize_int4_ && quantizable) {
+    if (quantize_int4_ && quantizable && k % 4 == 0) {
       w = make_int4_weights(n, k, int4_quantise_group(k), isa_);
       int64_t row0 = 0;
       for (const TensorInfo* t : parts) {
