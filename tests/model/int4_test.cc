@@ -29,12 +29,15 @@ namespace {
 
 using test::run_tokens;
 
-ServingLimits limits(bool quantize_int4 = false) {
+// INT4 products on BF16 inputs unless told: the comparisons with BF16 twins below are about the
+// weights, not the int8 inputs (golden_test.cc checks those).
+ServingLimits limits(bool quantize_int4 = false, ActivationDtype activations = ActivationDtype::bf16) {
   ServingLimits l;
   l.sequence_length = 128;
   l.chunk_size = 128;
   l.threads = 2;
   l.quantize_int4 = quantize_int4;
+  l.activations = activations;
   return l;
 }
 
@@ -213,15 +216,19 @@ TEST(Int4Quantize, DeterministicAndFidelityAgainstBf16) {
     for (const auto& feed : session["feeds"]) for (int32_t id : feed) tokens.push_back(id);
     auto bf16 = Model::load(dir, limits());
     auto int4 = Model::load(dir, limits(true));
+    auto int4_int8 = Model::load(dir, limits(true, ActivationDtype::int8));
     ServingLimits fp8_limits = limits();
     fp8_limits.quantize_fp8 = true;
     auto fp8 = Model::load(dir, fp8_limits);
     EXPECT_LT(int4->weight_bytes(), fp8->weight_bytes());
     const std::vector<float> ref = run_tokens(*bf16, tokens);
-    const test::Fidelity f4 = test::fidelity(ref, run_tokens(*int4, tokens), bf16->vocab_size(), margin_min);
-    const test::Fidelity f8 = test::fidelity(ref, run_tokens(*fp8, tokens), bf16->vocab_size(), margin_min);
-    std::printf("[int4 fidelity %s %s] vs BF16 over %zu positions: INT4 %s; FP8 %s\n", name.c_str(),
-                isa_name(active_isa()), tokens.size(), f4.summary(margin_min).c_str(),
+    const int64_t V = bf16->vocab_size();
+    const test::Fidelity f4 = test::fidelity(ref, run_tokens(*int4, tokens), V, margin_min);
+    const test::Fidelity f4q = test::fidelity(ref, run_tokens(*int4_int8, tokens), V, margin_min);
+    const test::Fidelity f8 = test::fidelity(ref, run_tokens(*fp8, tokens), V, margin_min);
+    std::printf("[int4 fidelity %s %s] vs BF16 over %zu positions: INT4 on BF16 activations %s; "
+                "INT4 on int8 activations %s; FP8 %s\n", name.c_str(), isa_name(active_isa()),
+                tokens.size(), f4.summary(margin_min).c_str(), f4q.summary(margin_min).c_str(),
                 f8.summary(margin_min).c_str());
     for (const std::string shared : {name + "-gptq", name + "-awq"}) {
       const std::string shared_dir = test::shared_dir() + "/models/" + shared;
@@ -233,6 +240,8 @@ TEST(Int4Quantize, DeterministicAndFidelityAgainstBf16) {
     }
     EXPECT_GE(f4.top1(), 0.2) << name;
     EXPECT_LT(f4.mean_kl, 6.0) << name;
+    EXPECT_GE(f4q.top1(), 0.1) << name;
+    EXPECT_LT(f4q.mean_kl, 6.0) << name;
   }
 }
 
