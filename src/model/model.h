@@ -40,6 +40,7 @@ struct ServingLimits {
   size_t kv_memory_bytes = 0;      // committed-KV budget; 0 = what RAM allows after the weights
   bool quantize_fp8 = false;       // --quantize fp8: BF16 linear weights to FP8 at load
   bool quantize_int4 = false;      // --quantize int4: BF16 or FP8 linear weights to INT4 at load
+  bool int4_lm_head = true;        // with quantize_int4: lm_head too
   ActivationDtype activations = ActivationDtype::automatic;  // resolved to bf16 or int8 at load
 };
 

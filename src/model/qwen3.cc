@@ -42,12 +42,13 @@ Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
       team_(limits_.threads) {
   auto start = std::chrono::steady_clock::now();
   weights_ = load_weights(model_dir, config_, active_isa(), limits_.quantize_fp8,
-                          limits_.quantize_int4);
+                          limits_.quantize_int4, limits_.int4_lm_head);
   // INT4 products on int8 inputs give other logits, so other KV.
   const bool int8_inputs = limits_.activations == ActivationDtype::int8 && weights_.int4_bytes > 0;
   set_int8_inputs(weights_, int8_inputs);
   fingerprint_ = model_fingerprint(model_dir) ^ (limits_.quantize_fp8 ? 0xf8f8f8f8f8f8f8f8ull : 0) ^
                  (limits_.quantize_int4 ? 0x4444444444444444ull : 0) ^
+                 (limits_.quantize_int4 && limits_.int4_lm_head ? 0x4040404040404040ull : 0) ^
                  (int8_inputs ? 0x0808080808080808ull : 0);
   // KV for the full-attention layers; a hybrid model's Gated DeltaNet layers keep a state.
   int64_t n_full = 0, n_linear = 0;

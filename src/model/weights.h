@@ -81,9 +81,11 @@ inline uint8_t fp8_quantise(float value, float factor) { return f32_to_fp8_e4m3(
 // factor = max |w| / 448, codes rounded to nearest even), one tensor at a time, so the BF16
 // copy is never held whole. Embeddings, lm_head, norms and the router stay as they are.
 // A module stored 4-bit (GPTQ, AWQ: <module>.qweight) stays INT4 (int4_weights.h); with
-// quantize_int4 the decoder layers' other linear weights are quantised to INT4 (groups of 128).
+// quantize_int4 the decoder layers' other linear weights are quantised to INT4 (groups of 128),
+// and lm_head too with quantize_lm_head.
 ModelWeights load_weights(const std::string& model_dir, const ModelConfig& config, Isa isa,
-                          bool quantize_fp8 = false, bool quantize_int4 = false);
+                          bool quantize_fp8 = false, bool quantize_int4 = false,
+                          bool quantize_lm_head = false);
 
 // fn(PackedWeights&) on every matrix of the model, lm_head included.
 template <class Fn>
