@@ -23,6 +23,7 @@
 #include "model/weights.h"
 #include "model_test_util.h"
 #include "tools/int4_checkpoint.h"
+#include "tools/make_model.h"
 
 namespace ellm {
 namespace {
@@ -146,6 +147,55 @@ TEST(Int4Load, ShardedMoeGptqWithAModuleAcrossShards) {
   std::printf("[int4 moe] sharded GPTQ vs its BF16-rounded twin: max |dlogit| %.4f\n", largest);
   EXPECT_LT(largest, 0.05);
   EXPECT_GT(largest, 0.0);  // the INT4 path really ran
+}
+
+// The hybrid generation in 4 bits: a Qwen3.5 GPTQ-Int4-shaped model (qwen3.5-0.8b) and a
+// Qwen3.6-35B-A3B AWQ-shaped one (per-expert 4-bit experts, the router and in_proj_a/b BF16), cut
+// to 4 layers (3 Gated DeltaNet, 1 full attention) and to hidden 256 / 8 experts, in 2 shards:
+// they load as INT4 and give the logits of their BF16-rounded twins, on both activation paths,
+// far nearer than the 4 bits moved them from the BF16 model they were rounded from. (The
+// recurrent layers carry small differences along, so not as near as the dense models above.)
+TEST(Int4Load, Qwen35GptqAndQwen36AwqLoadAndRun) {
+  for (const auto& [preset, format] : {std::pair{"qwen3.5-0.8b", "gptq"}, std::pair{"qwen3.6-35b-a3b", "awq"}}) {
+    ModelConfig config = preset_config(preset);
+    config.num_hidden_layers = 4;
+    config.linear_attention = {true, true, true, false};
+    config.vocab_size = 1024;
+    config.hidden_size = 256;
+    if (config.is_moe()) config.num_experts = 8;
+    else config.intermediate_size = 512;
+    test::ScratchDir int4, as_bf16, original;
+    write_random_model(config, int4.path, 9, /*shards=*/2, {}, format);
+    write_random_model(config, as_bf16.path, 9, 1, {}, std::string(format) + "-as-bf16");
+    write_random_model(config, original.path, 9, 1, {}, "bf16");
+    const ModelConfig loaded = load_model_config(int4.path);
+    EXPECT_EQ(loaded.quant_method, format);
+    ModelWeights w = load_weights(int4.path, loaded, active_isa());
+    for (const LayerWeights& L : w.layers) {
+      const PackedWeights& mixer = L.is_linear ? L.gdn.qkvz : L.qkv;
+      EXPECT_TRUE(mixer.int4) << preset;
+      EXPECT_FALSE(L.is_linear && L.gdn.ba.int4) << preset;  // in_proj_a/b stay BF16
+      EXPECT_TRUE(L.is_moe ? L.moe.experts[0].down.int4 && L.moe.shared.gate_up.int4
+                           : L.mlp.gate_up.int4) << preset;
+    }
+    const std::vector<int32_t> tokens = {5, 17, 300, 2, 99, 411, 7, 8, 250, 13};
+    auto largest_difference = [](const std::vector<float>& a, const std::vector<float>& b) {
+      double largest = 0;
+      for (size_t i = 0; i < a.size(); ++i) largest = std::max(largest, double(std::fabs(a[i] - b[i])));
+      return largest;
+    };
+    const std::vector<float> ref = run_tokens(*Model::load(as_bf16.path, limits()), tokens);
+    const double moved = largest_difference(ref, run_tokens(*Model::load(original.path, limits()), tokens));
+    for (ActivationDtype activations : {ActivationDtype::bf16, ActivationDtype::int8}) {
+      const std::vector<float> got = run_tokens(*Model::load(int4.path, limits(false, activations)), tokens);
+      const double largest = largest_difference(ref, got);
+      const bool int8 = activations == ActivationDtype::int8;
+      std::printf("[int4 %s %s, %s activations] vs its BF16-rounded twin: max |dlogit| %.4f "
+                  "(4 bits moved the BF16 model's by %.3f)\n", preset, format, int8 ? "int8" : "BF16",
+                  largest, moved);
+      EXPECT_LT(largest, (int8 ? 0.25 : 0.1) * moved) << preset;
+    }
+  }
 }
 
 // Rows that are not whole 32-column blocks (k_proj and v_proj of 80 rows, fused after q_proj's
