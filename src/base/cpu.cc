@@ -39,13 +39,16 @@ Isa detect() {
   __get_cpuid_count(7, 0, &a, &b, &c, &d);
   bool avx2 = b & (1u << 5), avx512f = b & (1u << 16), avx512bw = b & (1u << 30);
   bool avx512vl = b & (1u << 31), avx512dq = b & (1u << 17), avx512vnni = c & (1u << 11);
+  bool avx512vbmi = c & (1u << 1);
   bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24);
   unsigned a1, b1, c1, d1;
   __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1);
   bool avx512bf16 = a1 & (1u << 5);
   if (!(avx2 && fma && f16c && ymm_os)) return Isa::scalar;
-  // Every CPU with AVX-512-BF16 so far also has AVX-512-VNNI (Cooper Lake, Sapphire Rapids, Zen 4).
-  if (!(avx512f && avx512bw && avx512vl && avx512dq && avx512bf16 && avx512vnni && zmm_os))
+  // Every CPU with AVX-512-BF16 so far also has AVX-512-VNNI; all but Cooper Lake have VBMI too
+  // (Sapphire Rapids, Zen 4, Zen 5), which the FP8 kernels use: Cooper Lake runs the AVX2 tier.
+  if (!(avx512f && avx512bw && avx512vl && avx512dq && avx512bf16 && avx512vnni && avx512vbmi &&
+        zmm_os))
     return Isa::avx2;
   if (amx_bf16 && amx_tile && amx_os && request_amx_permission()) return Isa::amx;
   return Isa::avx512;
