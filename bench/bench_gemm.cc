@@ -191,8 +191,9 @@ void BM_dpbf16_peak(benchmark::State& state) {
 }
 
 // One decode step's weight stream of a Qwen3-0.6B-shaped model without the model: 28 layers of
-// qkv, o_proj, gate_up and down, then the tied lm_head (1.19 GB), one matrix-vector product after
-// another as decode runs them, against the read bandwidth measured just before and after. The
+// qkv, o_proj, gate_up and down, then the tied lm_head (1.19 GB in BF16), one matrix-vector
+// product after another as decode runs them, against the read bandwidth measured just before and
+// after; BF16, FP8 or INT4 (BF16 or int8 inputs). The
 // layers' products are 4-12 MB each, so this shows what starting 112 short streams per step
 // costs beside the one long lm_head stream (its own row), and what 4 slots (m = 4) cost.
 struct StepWeights {
@@ -201,29 +202,53 @@ struct StepWeights {
   size_t layer_bytes = 0;
 };
 
-const StepWeights& step_weights() {
-  static StepWeights w = [] {
-    StepWeights s;
-    const int64_t hidden = 1024, vocab = 151936;
-    std::vector<bf16> source(size_t(vocab * hidden));
-    std::mt19937 rng(1);
-    for (auto& v : source) v = f32_to_bf16(float(int(rng() % 2001) - 1000) / 1000.0f);
-    for (int layer = 0; layer < 28; ++layer)
-      for (const Shape& shape : kShapes)
-        if (std::string(shape.name).rfind("0.6B/", 0) == 0) {
-          s.layers.push_back(pack_weights(source.data(), shape.n, shape.k, active_isa()));
-          s.layer_bytes += s.layers.back().bytes;
-        }
-    s.lm_head = pack_weights(source.data(), vocab, hidden, active_isa());
-    return s;
-  }();
+// The step's matrices as `kind` (bf16, fp8, int4, int4_int8), lm_head included (as --quantize
+// int4 makes it).
+PackedWeights step_matrix(const std::vector<bf16>& source, int64_t n, int64_t k, const std::string& kind) {
+  if (kind == "bf16") return pack_weights(source.data(), n, k, active_isa());
+  std::mt19937 rng(uint32_t(n + k));
+  if (kind == "fp8") {
+    std::vector<uint8_t> codes(size_t(n * k));
+    for (auto& c : codes) c = uint8_t(rng() % 0x7f) | uint8_t(rng() % 2 ? 0x80 : 0);
+    std::vector<float> scales(size_t(((n + 127) / 128) * ((k + 127) / 128)), 1.0f / 448);
+    return pack_fp8_weights(codes.data(), scales.data(), n, k, active_isa());
+  }
+  PackedWeights w = make_int4_weights(n, k, 128, active_isa());
+  for (int64_t b = 0; b < (n + 31) / 32 * k * 16; ++b) w.codes[size_t(b)] = uint8_t(rng());
+  for (int64_t i = 0; i < (n + 31) / 32 * 32 * (k / 128); ++i) {
+    w.scales[size_t(i)] = 1.0f / 16;
+    w.zeros[size_t(i)] = uint8_t(rng() % 16);
+  }
+  w.int8_inputs = kind == "int4_int8";
   return w;
 }
 
-void BM_decode_weight_stream(benchmark::State& state) {
+const StepWeights& step_weights(const std::string& kind) {
+  static std::map<std::string, StepWeights> cache;
+  auto it = cache.find(kind);
+  if (it != cache.end()) return it->second;
+  StepWeights& s = cache[kind];
+  const int64_t hidden = 1024, vocab = 151936;
+  static std::vector<bf16> source = [&] {
+    std::vector<bf16> v(size_t(vocab * hidden));
+    std::mt19937 rng(1);
+    for (auto& x : v) x = f32_to_bf16(float(int(rng() % 2001) - 1000) / 1000.0f);
+    return v;
+  }();
+  for (int layer = 0; layer < 28; ++layer)
+    for (const Shape& shape : kShapes)
+      if (std::string(shape.name).rfind("0.6B/", 0) == 0) {
+        s.layers.push_back(step_matrix(source, shape.n, shape.k, kind));
+        s.layer_bytes += s.layers.back().bytes;
+      }
+  s.lm_head = step_matrix(source, vocab, hidden, kind);
+  return s;
+}
+
+void BM_decode_weight_stream(benchmark::State& state, const std::string& kind) {
   const int64_t m = state.range(0);  // slots decoding together
   const bool lm_head_only = state.range(1) == 1;
-  const StepWeights& w = step_weights();
+  const StepWeights& w = step_weights(kind);
   static ReadBandwidthProbe probe(team(), read_probe_bytes());
   std::vector<bf16> x(size_t(m * 3072), f32_to_bf16(0.01f));  // 3072: the longest k (down)
   auto y = make_buffer<float>(size_t(m * 151936));
@@ -248,7 +273,7 @@ void BM_decode_weight_stream(benchmark::State& state) {
   state.counters["weights_GB/s"] = rate * 1e-9;
   state.counters["read_GB/s"] = std::max(before, after) * 1e-9;
   state.counters["fraction_of_read"] = rate / std::max(before, after);
-  state.SetLabel(lm_head_only ? "lm_head alone" : "whole step");
+  state.SetLabel(kind + (lm_head_only ? ", lm_head alone" : ", whole step"));
 }
 
 int register_all() {
@@ -260,9 +285,10 @@ int register_all() {
       b->ArgName("m")->Arg(1)->Arg(4)->Arg(512)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
     }
   }
-  benchmark::RegisterBenchmark("decode_weight_stream/0.6B", BM_decode_weight_stream)
-      ->ArgNames({"m", "lm_head_only"})->Args({1, 0})->Args({1, 1})->Args({4, 0})
-      ->UseRealTime()->Unit(benchmark::kMillisecond);
+  for (const std::string kind : {"bf16", "fp8", "int4", "int4_int8"})
+    benchmark::RegisterBenchmark(("decode_weight_stream/0.6B/" + kind).c_str(), BM_decode_weight_stream, kind)
+        ->ArgNames({"m", "lm_head_only"})->Args({1, 0})->Args({1, 1})->Args({4, 0})
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("dpbf16_peak/threads", BM_dpbf16_peak)->Arg(1)->Arg(kThreads)->UseRealTime();
   benchmark::RegisterBenchmark("dpbusd_peak/one_core", BM_dpbusd_peak)->UseRealTime();
   return 0;
