@@ -94,6 +94,7 @@ struct Bench {
   Model& model;
   PassTotals& totals;
   double peak_flops;
+  double peak_flops_f32;  // the limit of the Gated DeltaNet delta rule, which stays in FP32
   ReadBandwidthProbe& probe;
   int64_t first_added_token;  // random prompts use the ids below it: ordinary text
   std::mt19937 rng{1234};
@@ -141,6 +142,18 @@ struct Bench {
       out["attention"] = {{"tflops", attn_flops / attn_seconds / 1e12},
                           {"fraction_of_peak", attn_flops / attn_seconds / peak_flops},
                           {"share_of_time", attn_seconds / seconds}};
+    // A hybrid model's Gated DeltaNet work apart from its matrix products: the causal conv, the
+    // gates, the delta rule (FP32, against the FP32 FMA peak) and the gated norm.
+    double gdn_seconds = 0, delta_flops = 0, delta_seconds = 0;
+    for (const auto& op : totals.ops) {
+      if (op.name.rfind("gdn_", 0) == 0) gdn_seconds += op.seconds;
+      if (op.name == "gdn_delta") delta_flops += op.flops, delta_seconds += op.seconds;
+    }
+    if (gdn_seconds > 0)
+      out["gdn"] = {{"share_of_time", gdn_seconds / seconds},
+                    {"delta_rule_gflops", delta_flops / delta_seconds / 1e9},
+                    {"delta_rule_fraction_of_f32_peak", delta_flops / delta_seconds / peak_flops_f32},
+                    {"delta_rule_share_of_time", delta_seconds / seconds}};
     return out;
   }
 
@@ -150,8 +163,18 @@ struct Bench {
     return bytes;
   }
 
-  json prefill(int64_t length) {
+  // Commits a slot's KV pages for positions [0, end) before a hybrid model's slot is filled
+  // from position 0 (writing KV rows outside a pass voids the slot's state, which the fill then
+  // starts over), so that decode steps after the fill do not pay for new pages.
+  void commit_kv(int32_t slot, int64_t end) {
+    if (!model.has_recurrent_state()) return;
+    std::vector<std::span<uint8_t>> ranges;
+    model.kv_ranges(slot, 0, end, /*for_write=*/true, ranges);
+  }
+
+  json prefill(int64_t length, int64_t then_decode = 0) {
     model.release_kv(0, 0);
+    if (then_decode) commit_kv(0, length + then_decode);
     auto tokens = sequence(0, 0, length);
     totals.reset();
     double seconds = run(tokens);
@@ -186,10 +209,14 @@ struct Bench {
     // (2 MiB per layer) once every 1024 positions of Qwen3-0.6B, and committing it costs far
     // more than a step; a run of 32 steps that starts on a page boundary would count it 30 times
     // too often.
-    std::vector<BatchToken> last_step;
-    for (int32_t slot = 0; slot < batch; ++slot)
-      last_step.push_back({0, slot, int32_t(context + steps - 1), true});
-    model.forward(last_step, logits.data());
+    // (A hybrid model's slot continues only where its state ends: its caller committed the
+    // pages before filling the context, with commit_kv.)
+    if (!model.has_recurrent_state()) {
+      std::vector<BatchToken> last_step;
+      for (int32_t slot = 0; slot < batch; ++slot)
+        last_step.push_back({0, slot, int32_t(context + steps - 1), true});
+      model.forward(last_step, logits.data());
+    }
     totals.reset();
     std::vector<std::vector<BatchToken>> step_tokens(static_cast<size_t>(steps));
     for (int64_t s = 0; s < steps; ++s)
@@ -271,10 +298,39 @@ std::string label(const json& r) {
   return r["kind"].get<std::string>() + (r.contains("weights") ? " " + r["weights"].get<std::string>() : "");
 }
 
+// A hybrid model's figures: its state beside its KV, the Gated DeltaNet share of each prefill
+// with the delta rule's rate against the FP32 FMA peak, and each prompt length's rate against
+// the shortest's (only one layer in four attends over the whole prompt).
+void print_hybrid_prefill(const std::vector<json>& rows, const json& machine) {
+  const json* shortest = nullptr;
+  for (const json& r : rows) {
+    if (r["kind"] != "prefill" || !r.contains("state_bytes_per_slot")) continue;
+    if (!shortest || label(*shortest) != label(r)) {
+      shortest = &r;
+      std::printf("%s: recurrent state %.1f MiB per slot, KV %.1f KiB per token\n", label(r).c_str(),
+                  r["state_bytes_per_slot"].get<double>() / (1 << 20),
+                  r["kv_bytes_per_token"].get<double>() / 1024);
+    }
+    const int64_t tokens = r["tokens"];
+    std::printf("  prefill %6lld: Gated DeltaNet %4.1f%% of the time, delta rule %4.1f%% at %.1f GFLOP/s = "
+                "%.1f%% of the FP32 FMA peak (%.0f GFLOP/s)",
+                (long long)tokens, 100 * r.value("/gdn/share_of_time"_json_pointer, 0.0),
+                100 * r.value("/gdn/delta_rule_share_of_time"_json_pointer, 0.0),
+                r.value("/gdn/delta_rule_gflops"_json_pointer, 0.0),
+                100 * r.value("/gdn/delta_rule_fraction_of_f32_peak"_json_pointer, 0.0),
+                machine["peak_flops_f32"].get<double>() / 1e9);
+    if (&r != shortest)
+      std::printf("; %.1f%% of the %lld-token rate", 100 * r["tokens_per_s"].get<double>() /
+                                                          (*shortest)["tokens_per_s"].get<double>(),
+                  (long long)(*shortest)["tokens"].get<int64_t>());
+    std::printf("\n");
+  }
+}
+
 void print_table(const std::vector<json>& rows, const json& machine) {
-  std::printf("\nmachine: %s, %d threads, peak %.0f GFLOP/s (BF16), read bandwidth %.1f GB/s\n",
+  std::printf("\nmachine: %s, %d threads, peak %.0f GFLOP/s (BF16), %.0f GFLOP/s (FP32 FMA), read bandwidth %.1f GB/s\n",
               machine["isa"].get<std::string>().c_str(), machine["threads"].get<int>(),
-              machine["peak_flops"].get<double>() / 1e9,
+              machine["peak_flops"].get<double>() / 1e9, machine["peak_flops_f32"].get<double>() / 1e9,
               machine["read_bandwidth"].get<double>() / 1e9);
   std::printf("\n%-20s %7s %7s %10s %9s %12s %10s %12s %10s %10s\n", "run", "batch", "tokens", "tokens/s",
               "TTFT s", "GEMM TF/s", "GEMM %pk", "%GEMM-bound", "attn %time", "other %time");
@@ -288,6 +344,7 @@ void print_table(const std::vector<json>& rows, const json& machine) {
                 100 * r.value("/gemm/fraction_of_gemm_bound"_json_pointer, 0.0), 100 * attention_share,
                 100 * (1 - r.value("/gemm/share_of_time"_json_pointer, 0.0) - attention_share));
   }
+  print_hybrid_prefill(rows, machine);
   std::printf("\n%-20s %7s %7s %10s %12s %10s %10s %10s %10s\n", "run", "batch", "context",
               "tokens/s", "MB/step", "GB/s", "read GB/s", "% of read", "whole run");
   for (const json& r : rows) {
@@ -423,6 +480,7 @@ int cmd_bench(int argc, char** argv) {
                {"isa", isa_name(active_isa())},
                {"threads", threads},
                {"peak_flops", measure_peak_flops(team)},
+               {"peak_flops_f32", measure_peak_flops_f32(team)},
                {"read_bandwidth", measure_read_bandwidth(team)}};
   }
   std::printf("%s\n", machine.dump().c_str());
@@ -494,24 +552,31 @@ int cmd_bench(int argc, char** argv) {
     PassTotals totals;
     model->set_profile_sink(&totals);
 
-    Bench bench{*model, totals, machine["peak_flops"], probe, first_added_token(model_path, *model)};
+    Bench bench{*model, totals, machine["peak_flops"], machine["peak_flops_f32"], probe,
+                first_added_token(model_path, *model)};
     // One row per token that wants logits: the last of a prefill, each slot's in decode. (A row for
     // every token of a 32k pass would be 20 GB for Qwen3's vocabulary.)
     bench.logits.resize(size_t(limits.batch_size * model->vocab_size()));
     auto emit_run = [&](json row) {
       row["weights"] = weights;
       row["weight_bytes"] = model->weight_bytes();
+      row["kv_bytes_per_token"] = model->kv_bytes_per_token();
+      if (model->has_recurrent_state()) row["state_bytes_per_slot"] = model->state_bytes_per_slot();
       emit(std::move(row));
     };
     bench.run(bench.sequence(0, 0, 64));  // warm-up: commit buffers, fault in pages
     const int64_t short_context = 64;
     for (int64_t batch : batch_list) {
-      for (int32_t slot = 0; slot < batch; ++slot) bench.run(bench.sequence(slot, 0, short_context));
+      for (int32_t slot = 0; slot < batch; ++slot) {
+        bench.commit_kv(slot, short_context + steps);
+        bench.run(bench.sequence(slot, 0, short_context));
+      }
       emit_run(bench.decode(batch, short_context, steps, "decode"));
     }
     if (busy && !busy_process->ready())
       std::fprintf(stderr, "warning: could not start the busy process; no decode_busy row\n");
     if (busy && busy_process->ready()) {
+      if (model->has_recurrent_state()) bench.run(bench.sequence(0, 0, short_context));  // from its start
       busy_process->start();
       emit_run(bench.decode(1, short_context, steps, "decode_busy"));
       busy_process->stop();
@@ -524,8 +589,10 @@ int cmd_bench(int argc, char** argv) {
     for (int64_t length : all_lengths) {
       bool wanted = std::find(lengths.begin(), lengths.end(), length) != lengths.end();
       bool context = std::find(context_list.begin(), context_list.end(), length) != context_list.end();
-      if (wanted || !zero_context) {
-        json row = bench.prefill(length);
+      // A hybrid model's state must come from the tokens before: its contexts are prefilled.
+      const bool zeros = zero_context && !model->has_recurrent_state();
+      if (wanted || !zeros) {
+        json row = bench.prefill(length, context ? steps : 0);
         if (wanted) emit_run(row);
       } else {  // decode over a zeroed cache: the same bytes and instructions
         model->release_kv(0, 0);
@@ -533,7 +600,7 @@ int cmd_bench(int argc, char** argv) {
       }
       if (context) {
         json row = bench.decode(1, length, steps, "decode_context");
-        row["context_filled_by"] = wanted || !zero_context ? "prefill" : "zeros";
+        row["context_filled_by"] = wanted || !zeros ? "prefill" : "zeros";
         emit_run(row);
       }
     }

@@ -91,7 +91,8 @@ int cmd_serve(int argc, char** argv) {
   CLI::App app{"OpenAI/vLLM-compatible HTTP server", "ellm serve"};
   std::string model_path, host = "0.0.0.0", served_name, api_key, chat_template_file, tool_parser;
   std::string kv_memory = "0", max_body = "8M", scripted;
-  std::string session_memory, session_dir, session_disk, replica_id;
+  std::string session_memory, session_dir, session_disk, replica_id, speculative = "none";
+  int64_t num_speculative_tokens = -1;
   int port = 8000, threads = 0;
   int64_t sequence_length = 0, batch_size = 4, chunk_size = 0, max_queue = 64;
   double shutdown_grace = 10, request_deadline = 60, write_timeout = 30, max_decode_stall_ms = 500;
@@ -139,6 +140,12 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--session-disk", session_disk, "disk budget of --session-dir, e.g. 100G (default: half the free space there)");
   app.add_option("--replica-id", replica_id,
                  "this replica's name in /metrics (label replica) and the X-Ellm-Replica header (default: the hostname)");
+  app.add_option("--speculative", speculative,
+                 "speculative decoding: ngram (prompt lookup), mtp (the model's own head, Qwen3.5+), "
+                 "draft:PATH (a small model of the same tokenizer) or none; requests may choose another")
+      ->capture_default_str();
+  app.add_option("--num-speculative-tokens", num_speculative_tokens,
+                 "most tokens a stream proposes per pass (default 4 with --speculative; fewer while few are kept)");
   app.add_option("--scripted-output", scripted, "testing: comma-separated token ids emitted instead of sampling; several scripts separated by ';' serve the requests in turn, the last one repeating");
   try {
     // A flag given twice takes its last value, as in vLLM (and wrapper scripts rely on it).
@@ -197,6 +204,10 @@ int cmd_serve(int argc, char** argv) {
   limits.quantize_fp8 = quantize_fp8_requested(app);
   limits.quantize_int4 = quantize_int4_requested(app);
   limits.activations = activations_requested(app);
+  const Proposer proposer = parse_proposer(speculative, "serve --speculative");
+  if (num_speculative_tokens < 0) num_speculative_tokens = proposer == Proposer::none ? 0 : 4;
+  limits.speculative_tokens = num_speculative_tokens;
+  limits.mtp = proposer == Proposer::mtp;
 
   Server::check_address(host, port);
   auto tokenizer = Tokenizer::load(model_path);
@@ -246,8 +257,20 @@ int cmd_serve(int argc, char** argv) {
   engine_options.eos_token_ids = defaults.eos_token_ids;
   engine_options.default_sampling = defaults.sampling;
   if (!scripted.empty()) engine_options.scripted_outputs = parse_scripts(scripted);
+  engine_options.speculative = proposer;
+  engine_options.num_speculative_tokens = num_speculative_tokens;
 
-  Engine engine(Model::load(model_path, limits), tokenizer, engine_options);
+  std::unique_ptr<Model> model = Model::load(model_path, limits);
+  std::unique_ptr<Model> draft;
+  if (proposer == Proposer::draft) {
+    const std::string draft_path = speculative.substr(std::string("draft:").size());
+    if (draft_path.empty()) throw Error("serve --speculative draft:PATH: the path of the draft model is missing");
+    ServingLimits draft_limits = limits;  // as stored; its KV is its own, beside the budget
+    draft_limits.mtp = draft_limits.quantize_fp8 = draft_limits.quantize_int4 = false;
+    draft_limits.kv_memory_bytes = 0;
+    draft = Model::load(draft_path, draft_limits, model.get());
+  }
+  Engine engine(std::move(model), tokenizer, engine_options, std::move(draft));
   Server server(engine, chat_template, server_options);
   int bound = server.bind(host, port);
   live_engine.store(&engine);

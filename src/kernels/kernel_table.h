@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "base/cpu.h"
 #include "kernels/kernels.h"
@@ -41,6 +42,28 @@ using GatedDeltaChunkFn = void(float* S, int64_t dk, int64_t dv, const float* q,
                                int64_t ldqk, const float* v, int64_t ldv, const float* g,
                                const float* beta, int64_t ldg, int64_t n, float* out,
                                int64_t ldo, float* scratch);
+// gated_delta_chunk's scratch (gated_delta_chunk_scratch_floats floats), C = kDeltaChunk.
+struct DeltaChunkScratch {
+  float* gamma;  // [C]      running sum of g, then exp(gamma_last - gamma)
+  float* K;      // [C][dk]
+  float* Q;      // [C][dk]
+  float* KT;     // [dk][C]  zero beyond the chunk's tokens
+  float* G;      // [C][C]   K K^T, then A = strict_lower(beta_t K K^T exp(gamma_t - gamma_s))
+  float* P;      // [C][C]   Q K^T, then lower(Q K^T exp(gamma_t - gamma_s))
+  float* T;      // [C][C]   (I + A)^-1
+  float* B1;     // [C][dv]  diag(beta) V
+  float* B2;     // [C][dk]  diag(beta exp(gamma)) K
+  float* U;      // [C][dv]  T B1, then V' = U - W S
+  float* W;      // [C][dk]  T B2
+  DeltaChunkScratch(float* s, int64_t dk, int64_t dv) {
+    const int64_t C = kDeltaChunk;
+    auto take = [&s](int64_t floats) { return std::exchange(s, s + floats); };
+    gamma = take(C), K = take(C * dk), Q = take(C * dk), KT = take(dk * C);
+    G = take(C * C), P = take(C * C), T = take(C * C);
+    B1 = take(C * dv), B2 = take(C * dk), U = take(C * dv), W = take(C * dk);
+  }
+};
+
 // out.data in the tier's private layout (out.n, k and isa are already set).
 using PackWeightsFn = void(const bf16* w, int64_t n, int64_t k, PackedWeights& out);
 using MatmulFn = void(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,

@@ -161,9 +161,10 @@ void gated_rmsnorm(const float* x, const float* z, int64_t rows, int64_t dim, in
 void gated_delta_step(float* S, int64_t dk, int64_t dv, const float* q, const float* k,
                       const float* v, float decay, float beta, float* out);
 
-// The same for n <= kDeltaChunk consecutive tokens at once, in the chunked (WY) form: with
-// gamma the running sum of the log-decays g, A = strict_lower(diag(beta) K K^T * exp(gamma_t -
-// gamma_s)), U = (I + A)^-1 diag(beta) V, W = (I + A)^-1 diag(beta exp(gamma)) K, V' = U - W S:
+// The same for n <= kDeltaChunk consecutive tokens at once, in the chunked (WY) form, as
+// matrix products: with gamma the running sum of the log-decays g, A = strict_lower(diag(beta)
+// K K^T * exp(gamma_t - gamma_s)), T = (I + A)^-1 (forward substitution over the C x C matrix),
+// U = T diag(beta) V, W = T diag(beta exp(gamma)) K, V' = U - W S:
 //   out = (Q exp(gamma)) S + ((Q K^T) * exp(gamma_t - gamma_s), s <= t) V'
 //   S   = exp(gamma_last) S + (K exp(gamma_last - gamma))^T V'
 // Token t's q and k at q + t ldqk and k + t ldqk, v at v + t ldv, g and beta at t ldg, out at
@@ -173,7 +174,8 @@ void gated_delta_chunk(float* S, int64_t dk, int64_t dv, const float* q, const f
                        const float* beta, int64_t ldg, int64_t n, float* out, int64_t ldo,
                        float* scratch);
 inline size_t gated_delta_chunk_scratch_floats(int64_t dk, int64_t dv) {
-  return size_t(kDeltaChunk * (1 + 2 * kDeltaChunk + dk + dv + 16));
+  const int64_t C = kDeltaChunk;
+  return size_t(C + 3 * C * C + 5 * C * dk + 2 * C * dv);
 }
 
 // ---- matrix products: weights BF16, inputs BF16, accumulation FP32 ----

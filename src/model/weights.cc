@@ -447,18 +447,22 @@ void load_moe(Loader& load, const SafetensorsStore& store, const ModelConfig& c,
 }  // namespace
 
 ModelWeights load_weights(const std::string& model_dir, const ModelConfig& c, Isa isa,
-                          bool quantize_fp8, bool quantize_int4, bool quantize_lm_head) {
+                          bool quantize_fp8, bool quantize_int4, bool mtp, bool quantize_lm_head) {
   ModelWeights m;
   m.store = SafetensorsStore::open(model_dir);
   // The text model of Qwen3.5's vision-language wrapper sits under model.language_model. (its
-  // lm_head at the top level); model.visual.* and the MTP head (mtp.*) are not read.
+  // lm_head and the MTP head mtp.* at the top level); model.visual.* is not read.
   const std::string root =
       m.store.find("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   const bool hybrid = c.is_hybrid();
+  if (mtp && !m.store.find("mtp.fc.weight"))
+    fail(model_dir, "the checkpoint has no multi-token-prediction head (no 'mtp.fc.weight'), "
+                    "so it cannot draft with mtp");
   size_t expected = 3;  // embedding, final norm, lm_head (or the embedding packed again)
+  auto ffn_tensors = [&](bool moe) { return moe ? 1 + 3 * c.num_experts + (hybrid ? 4 : 0) : 3; };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    expected += (c.is_linear_layer(l) ? 10 : 8) +
-                (c.is_moe_layer(l) ? 1 + 3 * c.num_experts + (hybrid ? 4 : 0) : 3);
+    expected += (c.is_linear_layer(l) ? 10 : 8) + ffn_tensors(c.is_moe_layer(l));
+  if (mtp) expected += 4 + 8 + ffn_tensors(c.is_moe());  // fc, its norms, its decoder layer
   Loader load(m.store, c, isa, expected, quantize_fp8, quantize_int4, quantize_lm_head);
 
   const int64_t H = c.hidden_size, V = c.vocab_size;
@@ -466,14 +470,16 @@ ModelWeights load_weights(const std::string& model_dir, const ModelConfig& c, Is
     return hybrid ? load.vector_f32_plus_one(name, n) : load.vector_f32(name, n);
   };
   load.embedding(m, root + "embed_tokens.weight", V, H);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    std::string p = root + "layers." + std::to_string(l) + ".";
+  // The decoder layers, then the MTP head's (a full-attention layer of the same kind).
+  for (int64_t l = 0; l < c.num_hidden_layers + (mtp ? 1 : 0); ++l) {
+    const bool is_mtp = l == c.num_hidden_layers;
+    std::string p = is_mtp ? "mtp.layers.0." : root + "layers." + std::to_string(l) + ".";
     LayerWeights& L = m.layers.emplace_back();
-    L.is_linear = c.is_linear_layer(l);
+    L.is_linear = !is_mtp && c.is_linear_layer(l);
     L.input_norm = norm(p + "input_layernorm.weight", H);
     load_mixer(load, c, p, L);
     L.post_attention_norm = norm(p + "post_attention_layernorm.weight", H);
-    L.is_moe = c.is_moe_layer(l);
+    L.is_moe = is_mtp ? c.is_moe() : c.is_moe_layer(l);
     if (L.is_moe) {
       load_moe(load, m.store, c, p, l, L.moe, m.expert_bytes);
     } else {
@@ -481,6 +487,12 @@ ModelWeights load_weights(const std::string& model_dir, const ModelConfig& c, Is
       L.mlp.gate_up = load.packed({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {F, F}, H);
       L.mlp.down = load.packed({p + "mlp.down_proj.weight"}, {H}, F);
     }
+  }
+  if (mtp) {
+    m.mtp.fc = load.packed({"mtp.fc.weight"}, {H}, 2 * H, /*quantizable=*/false);
+    m.mtp.norm_embedding = norm("mtp.pre_fc_norm_embedding.weight", H);
+    m.mtp.norm_hidden = norm("mtp.pre_fc_norm_hidden.weight", H);
+    m.mtp.norm = norm("mtp.norm.weight", H);
   }
   m.final_norm = norm(root + "norm.weight", H);
   if (c.tie_word_embeddings) {

@@ -83,6 +83,17 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, co
   per_tier("ellm:session_failures_total", "counter", "Failed session writes or restores (the session is dropped; serving goes on).", [](const T& t) { return t.failures; });
   per_tier("ellm:sessions", "gauge", "Sessions held in this tier.", [](const T& t) { return t.sessions; });
   per_tier("ellm:session_bytes", "gauge", "KV bytes held in this tier.", [](const T& t) { return t.bytes; });
+  auto per_proposer = [&](const char* name, const char* help, auto field) {
+    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " counter\n";
+    for (int p = int(Proposer::ngram); p < int(Proposer::count); ++p)
+      out << name << '{' << label << ",proposer=\"" << proposer_name(Proposer(p)) << "\"} "
+          << number(double(field(m.speculative[p]))) << '\n';
+  };
+  using S = EngineMetrics::Speculative;
+  per_proposer("ellm:spec_decode_num_drafts_total", "Speculative decoding: groups of proposed tokens checked.", [](const S& s) { return s.checks; });
+  per_proposer("ellm:spec_decode_num_draft_tokens_total", "Speculative decoding: tokens proposed.", [](const S& s) { return s.proposed; });
+  per_proposer("ellm:spec_decode_num_accepted_tokens_total", "Speculative decoding: proposed tokens kept.", [](const S& s) { return s.accepted; });
+  per_proposer("ellm:spec_decode_propose_seconds_total", "Speculative decoding: seconds spent proposing (draft model or MTP passes, prompt lookup).", [](const S& s) { return s.propose_seconds; });
   histogram("ellm:time_to_first_token_seconds", "Time from arrival to the first generated token.", m.time_to_first_token);
   histogram("ellm:inter_token_latency_seconds", "Time between consecutive generated tokens.", m.inter_token_latency);
   histogram("ellm:e2e_request_latency_seconds", "Time from arrival to the last token.", m.e2e_latency);

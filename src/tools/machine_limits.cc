@@ -19,6 +19,7 @@ namespace ellm {
 float peak_loop_avx512_bf16(int64_t iterations);
 float peak_loop_amx_bf16(int64_t iterations);
 float peak_loop_avx2_fma(int64_t iterations);
+float peak_loop_avx512_fma(int64_t iterations);
 uint64_t read_stream_avx512(const uint8_t* data, size_t bytes, bool prefetch);
 uint64_t read_stream_avx2(const uint8_t* data, size_t bytes);
 float read_stream_dot_avx512_bf16(const uint8_t* data, size_t bytes);
@@ -38,25 +39,14 @@ uint64_t read_stream_scalar(const uint8_t* data, size_t bytes) {
 
 }  // namespace
 
-double measure_peak_flops(ThreadTeam& team, double seconds) {
-  Isa isa = active_isa();
-  if (isa == Isa::scalar) return 0;
-  // FLOP per loop iteration: 4 tiles x 16 x 16 x 32 BF16 MACs x 2 (AMX); 12 accumulators x 16
-  // lanes x 2 BF16 pairs x 2 (AVX-512); 12 x 8 x 2 (AVX2 FP32 FMA).
-  double flop_per_iteration = isa == Isa::amx      ? 4.0 * 16 * 16 * 32 * 2
-                              : isa == Isa::avx512 ? 12 * 16 * 2 * 2
-                                                   : 12 * 8 * 2;
-  auto loop = [isa](int64_t iterations) {
-    switch (isa) {
-      case Isa::amx: return peak_loop_amx_bf16(iterations);
-      case Isa::avx512: return peak_loop_avx512_bf16(iterations);
-      default: return peak_loop_avx2_fma(iterations);
-    }
-  };
-  // Each member times its own loop, so a member that waited for its core (a neighbour, the
-  // team running solo) does not count the wait. The peak is the sum over members of each one's
-  // best rate over several rounds of about `seconds` / 4 each: one round's reading swings by
-  // tens of percent in a VM with neighbours.
+namespace {
+
+// Each member times its own `loop`, so a member that waited for its core (a neighbour, the
+// team running solo) does not count the wait. The rate is the sum over members of each one's
+// best rate over several rounds of about `seconds` / 4 each: one round's reading swings by
+// tens of percent in a VM with neighbours.
+template <class Loop>
+double measure_loop_rate(ThreadTeam& team, double seconds, double flop_per_iteration, Loop loop) {
   std::vector<double> best_rate(size_t(team.size()), 0.0);
   std::atomic<float> sink{0};
   auto round = [&](int64_t iterations) {
@@ -78,6 +68,35 @@ double measure_peak_flops(ThreadTeam& team, double seconds) {
   double total = 0;
   for (double rate : best_rate) total += rate;
   return total;
+}
+
+}  // namespace
+
+double measure_peak_flops(ThreadTeam& team, double seconds) {
+  Isa isa = active_isa();
+  if (isa == Isa::scalar) return 0;
+  // FLOP per loop iteration: 4 tiles x 16 x 16 x 32 BF16 MACs x 2 (AMX); 12 accumulators x 16
+  // lanes x 2 BF16 pairs x 2 (AVX-512); 12 x 8 x 2 (AVX2 FP32 FMA).
+  double flop_per_iteration = isa == Isa::amx      ? 4.0 * 16 * 16 * 32 * 2
+                              : isa == Isa::avx512 ? 12 * 16 * 2 * 2
+                                                   : 12 * 8 * 2;
+  return measure_loop_rate(team, seconds, flop_per_iteration, [isa](int64_t iterations) {
+    switch (isa) {
+      case Isa::amx: return peak_loop_amx_bf16(iterations);
+      case Isa::avx512: return peak_loop_avx512_bf16(iterations);
+      default: return peak_loop_avx2_fma(iterations);
+    }
+  });
+}
+
+double measure_peak_flops_f32(ThreadTeam& team, double seconds) {
+  Isa isa = active_isa();
+  if (isa == Isa::scalar) return 0;
+  // 12 accumulators x 16 lanes x 2 (AVX-512, also on AMX machines) or x 8 lanes x 2 (AVX2).
+  const bool wide = isa >= Isa::avx512;
+  return measure_loop_rate(team, seconds, wide ? 12 * 16 * 2 : 12 * 8 * 2, [wide](int64_t iterations) {
+    return wide ? peak_loop_avx512_fma(iterations) : peak_loop_avx2_fma(iterations);
+  });
 }
 
 ReadBandwidthProbe::ReadBandwidthProbe(ThreadTeam& team, size_t bytes)

@@ -13,6 +13,9 @@ class ThreadTeam;
 // FLOP/s (2 per MAC): AMX BF16 tile products, AVX-512-BF16 dot products, or AVX2 FMA on FP32,
 // for the active tier.
 double measure_peak_flops(ThreadTeam& team, double seconds = 0.3);
+// Peak FP32 FMA rate of the tier's widest vectors (AVX-512, or AVX2), in FLOP/s: the limit of
+// work that stays in FP32, such as the Gated DeltaNet delta rule.
+double measure_peak_flops_f32(ThreadTeam& team, double seconds = 0.3);
 
 // A probe buffer size far beyond the last-level cache: twice its size, and at least 256 MiB
 // (some Xeons report an L3 of hundreds of MiB).

@@ -258,7 +258,7 @@ TEST(Int4Quantize, DeterministicAndFidelityAgainstBf16) {
     EXPECT_EQ(0, std::memcmp(x.scales.get(), y.scales.get(), params * sizeof(float)));
     EXPECT_EQ(0, std::memcmp(x.zeros.get(), y.zeros.get(), params));
     EXPECT_FALSE(first.lm_head.int4);
-    EXPECT_TRUE(load_weights(dir, config, active_isa(), false, true, /*quantize_lm_head=*/true).lm_head.int4);
+    EXPECT_TRUE(load_weights(dir, config, active_isa(), false, true, /*mtp=*/false, /*quantize_lm_head=*/true).lm_head.int4);
 
     auto session = nlohmann::json::parse(test::read_text(test::shared_dir() + "/golden/" + name +
                                                          "/session.json"));

@@ -1,5 +1,6 @@
 // Plain C++ Gated DeltaNet kernels (kernels.h): the reference the vector versions are tested
 // against. Everything in FP32, in the order the math is written.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/scalar/scalar.h"
@@ -12,6 +13,19 @@ float silu(float x) { return x / (1.0f + std::exp(-x)); }
 // acc[j] += a * x[j], j < n
 void axpy(float a, const float* x, float* acc, int64_t n) {
   for (int64_t j = 0; j < n; ++j) acc[j] += a * x[j];
+}
+
+// Y = alpha A B + beta Y (beta 0: Y not read); A [m][k], B [k][n], row-major at their strides.
+// With `lower`, A[i][s] = 0 for s > i and row i stops at column i.
+void small_matmul(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B,
+                  int64_t ldb, float* Y, int64_t ldy, float alpha, float beta, bool lower) {
+  float acc[kMaxDeltaHeadDim];
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) acc[j] = 0.0f;
+    for (int64_t s = 0; s < (lower ? std::min(k, i + 1) : k); ++s) axpy(A[i * lda + s], B + s * ldb, acc, n);
+    for (int64_t j = 0; j < n; ++j)
+      Y[i * ldy + j] = beta == 0 ? alpha * acc[j] : alpha * acc[j] + beta * Y[i * ldy + j];
+  }
 }
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -61,20 +75,15 @@ void gated_delta_step(float* S, int64_t dk, int64_t dv, const float* q, const fl
                       const float* v, float decay, float beta, float* out) {
   float e[kMaxDeltaHeadDim];  // v - S^T k, then beta times that
   for (int64_t j = 0; j < dv; ++j) e[j] = v[j];
-  for (int64_t i = 0; i < dk; ++i) {
-    float* row = S + i * dv;
-    for (int64_t j = 0; j < dv; ++j) {
-      row[j] *= decay;
-      e[j] -= row[j] * k[i];
-    }
-  }
+  for (int64_t i = 0; i < dk; ++i)  // e = v - (decay S)^T k
+    for (int64_t j = 0; j < dv; ++j) e[j] -= (S[i * dv + j] * decay) * k[i];
   for (int64_t j = 0; j < dv; ++j) {
     e[j] *= beta;
     out[j] = 0;
   }
-  for (int64_t i = 0; i < dk; ++i) {
+  for (int64_t i = 0; i < dk; ++i) {  // S = decay S + k (beta e)^T; out = S^T q
     float* row = S + i * dv;
-    axpy(k[i], e, row, dv);
+    for (int64_t j = 0; j < dv; ++j) row[j] = row[j] * decay + k[i] * e[j];
     axpy(q[i], row, out, dv);
   }
 }
@@ -84,55 +93,55 @@ void gated_delta_chunk(float* S, int64_t dk, int64_t dv, const float* q, const f
                        const float* beta, int64_t ldg, int64_t n, float* out, int64_t ldo,
                        float* scratch) {
   const int64_t C = kDeltaChunk;
-  float* gamma = scratch;   // [C]  running sum of g
-  float* A = gamma + C;     // [C][C]  strict lower: beta_t k_t.k_s exp(gamma_t - gamma_s)
-  float* W = A + C * C;     // [C][dk]
-  float* U = W + C * dk;    // [C][dv]  U, then V' = U - W S
-  float* decay = U + C * dv;  // [C][C]  exp(gamma_t - gamma_s), s <= t
-  auto K = [&](int64_t t) { return k + t * ldqk; };
-  auto Q = [&](int64_t t) { return q + t * ldqk; };
-
-  for (int64_t t = 0; t < n; ++t) gamma[t] = (t ? gamma[t - 1] : 0.0f) + g[t * ldg];
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t s = 0; s <= t; ++s) decay[t * C + s] = std::exp(gamma[t] - gamma[s]);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t s = 0; s < t; ++s)
-      A[t * C + s] = beta[t * ldg] * dot(K(t), K(s), dk) * decay[t * C + s];
-
-  // Forward substitution through the unit lower-triangular I + A.
+  const DeltaChunkScratch w(scratch, dk, dv);
+  // gamma = cumsum(g); K, Q packed; K^T with zero columns beyond n.
   for (int64_t t = 0; t < n; ++t) {
-    float* u = U + t * dv;
-    float* w = W + t * dk;
-    const float b = beta[t * ldg];
-    for (int64_t j = 0; j < dv; ++j) u[j] = b * v[t * ldv + j];
-    const float bd = b * std::exp(gamma[t]);
-    for (int64_t i = 0; i < dk; ++i) w[i] = bd * K(t)[i];
-    for (int64_t s = 0; s < t; ++s) {
-      axpy(-A[t * C + s], U + s * dv, u, dv);
-      axpy(-A[t * C + s], W + s * dk, w, dk);
+    w.gamma[t] = (t ? w.gamma[t - 1] : 0.0f) + g[t * ldg];
+    for (int64_t i = 0; i < dk; ++i) w.K[t * dk + i] = k[t * ldqk + i], w.Q[t * dk + i] = q[t * ldqk + i];
+  }
+  for (int64_t i = 0; i < dk; ++i)
+    for (int64_t t = 0; t < C; ++t) w.KT[i * C + t] = t < n ? w.K[t * dk + i] : 0.0f;
+  // G = K K^T, P = Q K^T                                             [n][C]
+  small_matmul(n, C, dk, w.K, dk, w.KT, C, w.G, C, 1.0f, 0.0f, false);
+  small_matmul(n, C, dk, w.Q, dk, w.KT, C, w.P, C, 1.0f, 0.0f, false);
+  // decay(t, s) = exp(gamma_t - gamma_s): A = beta_t G * decay (s < t, else 0),
+  // P *= decay (s <= t, else 0)
+  for (int64_t t = 0; t < n; ++t) {
+    float *a = w.G + t * C, *p = w.P + t * C;
+    for (int64_t s = 0; s < C; ++s) {
+      const float decay = s <= t ? std::exp(w.gamma[t] - w.gamma[s]) : 0.0f;
+      a[s] = s < t ? beta[t * ldg] * (a[s] * decay) : 0.0f;
+      p[s] *= decay;
     }
   }
-  // V' = U - W S; out = (Q exp(gamma)) S + causal (Q K^T * decay) V'
+  // T = (I + A)^-1 by forward substitution: T_t = e_t - sum_{s<t} A_ts T_s   (lower, [n][C])
   for (int64_t t = 0; t < n; ++t) {
-    float* u = U + t * dv;
-    float* o = out + t * ldo;
-    for (int64_t j = 0; j < dv; ++j) o[j] = 0;
-    const float growth = std::exp(gamma[t]);
-    for (int64_t i = 0; i < dk; ++i) {
-      axpy(-W[t * dk + i], S + i * dv, u, dv);
-      axpy(Q(t)[i] * growth, S + i * dv, o, dv);
-    }
+    float* row = w.T + t * C;
+    for (int64_t c = 0; c < C; ++c) row[c] = c == t ? 1.0f : 0.0f;
+    for (int64_t s = 0; s < t; ++s) axpy(-w.G[t * C + s], w.T + s * C, row, s + 1);
   }
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t s = 0; s <= t; ++s)
-      axpy(dot(Q(t), K(s), dk) * decay[t * C + s], U + s * dv, out + t * ldo, dv);
-  // S = exp(gamma_last) S + sum_t (k_t exp(gamma_last - gamma_t)) V'_t^T
-  const float last = gamma[n - 1], total = std::exp(last);
-  for (int64_t i = 0; i < dk; ++i) {
-    float* row = S + i * dv;
-    for (int64_t j = 0; j < dv; ++j) row[j] *= total;
-    for (int64_t t = 0; t < n; ++t) axpy(K(t)[i] * std::exp(last - gamma[t]), U + t * dv, row, dv);
+  // B1 = diag(beta) V, B2 = diag(beta exp(gamma)) K; U = T B1, W = T B2; U -= W S  (V')
+  for (int64_t t = 0; t < n; ++t) {
+    const float b = beta[t * ldg], bd = b * std::exp(w.gamma[t]);
+    for (int64_t j = 0; j < dv; ++j) w.B1[t * dv + j] = b * v[t * ldv + j];
+    for (int64_t i = 0; i < dk; ++i) w.B2[t * dk + i] = bd * w.K[t * dk + i];
   }
+  small_matmul(n, dv, n, w.T, C, w.B1, dv, w.U, dv, 1.0f, 0.0f, true);
+  small_matmul(n, dk, n, w.T, C, w.B2, dk, w.W, dk, 1.0f, 0.0f, true);
+  small_matmul(n, dv, dk, w.W, dk, S, dv, w.U, dv, -1.0f, 1.0f, false);
+  // out = diag(exp(gamma)) Q S + P V'
+  small_matmul(n, dv, dk, w.Q, dk, S, dv, out, ldo, 1.0f, 0.0f, false);
+  for (int64_t t = 0; t < n; ++t) {
+    const float growth = std::exp(w.gamma[t]);
+    for (int64_t j = 0; j < dv; ++j) out[t * ldo + j] *= growth;
+  }
+  small_matmul(n, dv, n, w.P, C, w.U, dv, out, ldo, 1.0f, 1.0f, true);
+  // S = exp(gamma_last) S + (K^T diag(exp(gamma_last - gamma))) V'
+  const float last = w.gamma[n - 1];
+  for (int64_t t = 0; t < n; ++t) w.gamma[t] = std::exp(last - w.gamma[t]);
+  for (int64_t i = 0; i < dk; ++i)
+    for (int64_t t = 0; t < n; ++t) w.KT[i * C + t] *= w.gamma[t];
+  small_matmul(dk, dv, n, w.KT, C, w.U, dv, S, dv, 1.0f, std::exp(last), false);
 }
 
 }  // namespace ellm::scalar

@@ -27,6 +27,25 @@ float peak_loop_avx512_bf16(int64_t iterations) {
   return _mm512_reduce_add_ps(sum);
 }
 
+// The same with FP32 FMAs: the peak of work that stays in FP32.
+float peak_loop_avx512_fma(int64_t iterations) {
+  __m512 acc[12];
+#pragma GCC unroll 12
+  for (auto& x : acc) {
+    x = _mm512_setzero_ps();
+    __asm__ volatile("" : "+v"(x));
+  }
+  __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(0.5f);
+  for (int64_t i = 0; i < iterations; ++i) {
+#pragma GCC unroll 12
+    for (auto& x : acc) x = _mm512_fmadd_ps(a, b, x);
+    __asm__ volatile("" : "+v"(a));
+  }
+  __m512 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  return _mm512_reduce_add_ps(sum);
+}
+
 // Sums 64-bit words of [data, data+bytes) with four streams of 512-bit loads, 2 KiB at a time.
 // With `prefetch`, it fetches the next 2 KiB while summing the current one, as the AMX decode
 // product reads its weights: on Xeons that streams faster than without, where on AMD EPYC
