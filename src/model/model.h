@@ -27,6 +27,11 @@ class ProfileSink {
                     int64_t solo_switches) = 0;
 };
 
+// The inputs of INT4 matrix products (--activations): BF16 (the goldens' numeric path), or
+// quantised to int8 per 32 inputs for vpdpbusd (kernels.h); automatic: int8 where the tier has
+// VNNI (AVX-512, AMX, AVX2 with AVX-VNNI), else BF16.
+enum class ActivationDtype { automatic, bf16, int8 };
+
 struct ServingLimits {
   int64_t sequence_length = 4096;  // positions per slot
   int64_t batch_size = 1;          // slots
@@ -35,6 +40,8 @@ struct ServingLimits {
   size_t kv_memory_bytes = 0;      // committed-KV budget; 0 = what RAM allows after the weights
   bool quantize_fp8 = false;       // --quantize fp8: BF16 linear weights to FP8 at load
   bool quantize_int4 = false;      // --quantize int4: BF16 or FP8 linear weights to INT4 at load
+  bool int4_lm_head = true;        // with quantize_int4: lm_head too
+  ActivationDtype activations = ActivationDtype::automatic;  // resolved to bf16 or int8 at load
   // Speculative decoding: the most tokens a slot may propose for one check (a group of up to
   // this + 1 speculative tokens per slot; 0 = none), and whether to load the model's own
   // multi-token-prediction head (Qwen3.5+ `mtp.*`) to draft them.

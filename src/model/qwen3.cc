@@ -20,6 +20,11 @@ ServingLimits resolve(ServingLimits limits) {
     limits.chunk_size = limits.sequence_length;
   if (limits.threads == 0) limits.threads = physical_core_count();
   if (limits.speculative_tokens < 0) fail("--num-speculative-tokens", "must not be negative");
+  if (limits.activations == ActivationDtype::automatic) {
+    const Isa isa = active_isa();
+    const bool vnni = isa >= Isa::avx512 || (isa == Isa::avx2 && avx_vnni_enabled());
+    limits.activations = vnni ? ActivationDtype::int8 : ActivationDtype::bf16;
+  }
   return limits;
 }
 
@@ -54,9 +59,14 @@ Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
     fail("--speculative mtp", "only the hybrid Qwen3.5+ models have a multi-token-prediction head; " +
                                   config_.model_type + " has none");
   weights_ = load_weights(model_dir, config_, active_isa(), limits_.quantize_fp8,
-                          limits_.quantize_int4, limits_.mtp);
+                          limits_.quantize_int4, limits_.mtp, limits_.int4_lm_head);
+  // INT4 products on int8 inputs give other logits, so other KV.
+  const bool int8_inputs = limits_.activations == ActivationDtype::int8 && weights_.int4_bytes > 0;
+  set_int8_inputs(weights_, int8_inputs);
   fingerprint_ = model_fingerprint(model_dir) ^ (limits_.quantize_fp8 ? 0xf8f8f8f8f8f8f8f8ull : 0) ^
-                 (limits_.quantize_int4 ? 0x4444444444444444ull : 0);
+                 (limits_.quantize_int4 ? 0x4444444444444444ull : 0) ^
+                 (limits_.quantize_int4 && limits_.int4_lm_head ? 0x4040404040404040ull : 0) ^
+                 (int8_inputs ? 0x0808080808080808ull : 0);
   // KV for the full-attention layers; a hybrid model's Gated DeltaNet layers keep a state.
   int64_t n_full = 0, n_linear = 0;
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
@@ -115,6 +125,8 @@ Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
       format_bytes(double(process_resident_bytes())).c_str(), format_bytes(double(kv_.reserved_bytes())).c_str(),
       format_bytes(double(kv_.bytes_per_token())).c_str());
   std::string message = line;
+  if (weights_.int4_bytes > 0)
+    message += int8_inputs ? ", INT4 products on int8 activations" : ", INT4 products on BF16 activations";
   if (config_.is_hybrid())
     message += ", recurrent state " + format_bytes(double(state_.bytes_per_slot())) + " per slot (" +
                std::to_string(n_linear) + " Gated DeltaNet layers, KV in " + std::to_string(n_full) + ")";
