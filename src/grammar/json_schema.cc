@@ -141,9 +141,10 @@ class Compiler {
     }
     if (!schema.is_object()) throw SchemaError("schema", "a schema must be an object or a boolean");
     const bool integer = integer_typed(schema);
-    for (auto& [key, value] : schema.items()) {
-      if (kIgnored.count(key) || kSupported.count(key) || (integer && kBounds.count(key))) continue;
-      auto narrowing = kNarrowing.find(key);
+    for (auto& [name, value] : schema.items()) {
+      if (kIgnored.count(name) || kSupported.count(name) || (integer && kBounds.count(name))) continue;
+      const std::string key = name.empty() ? "\"\"" : name;  // an error always names its keyword
+      auto narrowing = kNarrowing.find(name);
       if (narrowing == kNarrowing.end()) {
         cannot_enforce(key, "the schema keyword '" + key + "' is not supported");
       } else if (const char* expected = misfit(value, narrowing->second)) {

@@ -166,6 +166,7 @@ TEST(JsonSchema, ErrorsNameTheKeyword) {
   EXPECT_EQ(keyword_of(R"({"$defs":{"a":{"type":"object","properties":{"x":{"$ref":"#/$defs/a"}},"required":["x"]}},
                            "$ref":"#/$defs/a"})"), "$ref");  // no finite instance
   EXPECT_EQ(keyword_of(R"({"type":"object","title":"t","description":"d","properties":{}})"), "none");
+  EXPECT_EQ(keyword_of(R"({"":{},"type":"string"})"), "\"\"");  // an empty key is named too (fuzz_json_schema)
 }
 
 // The keyword a schema is refused for ("none" when it compiles), and whether it is a keyword the
