@@ -77,6 +77,9 @@ def system_prompt(rng, tokens):
     return text + " ".join(rng.choice(WORDS) for _ in range(max(0, tokens - len(text) // 3)))
 
 
+REPLY_TOKENS = (20, 100)  # --reply-tokens
+
+
 def workload(server, n, turns, system, seed, kwargs, conversations=None, resumed=False):
     """Round-robin turns of n conversations (new ones, or those given, which go on). Returns
     per-request records; the conversations grow in place."""
@@ -89,7 +92,7 @@ def workload(server, n, turns, system, seed, kwargs, conversations=None, resumed
     for k in range(turns):
         for i, messages in enumerate(conversations):
             messages.append({"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(50, 300)))})
-            ttft, reply, usage = turn(server, messages, rng.randint(20, 100), kwargs)
+            ttft, reply, usage = turn(server, messages, rng.randint(*REPLY_TOKENS), kwargs)
             messages.append(reply)
             prompt, cached = usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
             if system_tokens is None:  # the first request: the system prompt's share of it
@@ -170,7 +173,7 @@ def restore_itl(binary, model, context, memory, directory, flags):
     """The inter-token latency of a stream while another request's `context`-token session is
     restored from disk beside it (on the restorer thread; the stream's decode goes on)."""
     rng = random.Random(3)
-    server = Server(binary, model, 2, ["--session-dir", directory, "--session-memory", memory, *flags],
+    server = Server(binary, model, 2, ["--session-dir", directory, "--session-memory", memory, "--shutdown-grace", "1", *flags],
                     sequence_length=context + 4096)
     long_chat = [{"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(int(context * 0.8)))}]
     _, reply, usage = turn(server, long_chat, 8, {"enable_thinking": False})
@@ -200,16 +203,21 @@ def restore_itl(binary, model, context, memory, directory, flags):
     time.sleep(1)
     server.stop()
     streamer.join()
-    gaps = [(b - a, b) for a, b in zip(times, times[1:])]
-    steady = statistics.median(g for g, at in gaps if at < sent)
-    during = [g for g, at in gaps if sent < at <= restored_at + 0.001]
     disk = tier_metric(after, "ellm:session_hits_total", "disk") - tier_metric(before, "ellm:session_hits_total", "disk")
     seconds = tier_metric(after, "ellm:session_restore_seconds_total", "disk") - tier_metric(before, "ellm:session_restore_seconds_total", "disk")
     restored = tier_metric(after, "ellm:session_restored_bytes_total", "disk") - tier_metric(before, "ellm:session_restored_bytes_total", "disk")
+    # The stream's gaps: before; those ending while the restore ran (from the request's arrival
+    # to the end of the read); and the one holding the restored request's first pass, which the
+    # stream's decode step shares.
+    gaps = [(b - a, b) for a, b in zip(times, times[1:])]
+    steady = statistics.median(g for g, at in gaps if at < sent)
+    reading = [g for g, at in gaps if sent < at <= sent + seconds]
+    first_pass = [g for g, at in gaps if sent + seconds < at <= restored_at + 0.05]
     print(f"restore beside a stream: {usage['prompt_tokens_details']['cached_tokens']} of {usage['prompt_tokens']} prompt tokens "
-          f"from disk ({int(disk)} restore, {restored / 1e6:.0f} MB in {seconds * 1e3:.0f} ms), its TTFT {ttft * 1e3:.0f} ms; "
-          f"the stream's ITL p50 {steady * 1e3:.0f} ms before, largest {max(during, default=0) * 1e3:.0f} ms "
-          f"over the {len(during)} tokens meanwhile")
+          f"from disk ({int(disk)} restore, {restored / 1e6:.0f} MB in {seconds * 1e3:.0f} ms = {restored / max(seconds, 1e-9) / 1e9:.2f} GB/s), "
+          f"its TTFT {ttft * 1e3:.0f} ms; the stream's ITL p50 {steady * 1e3:.0f} ms before, "
+          f"{', '.join(f'{g * 1e3:.0f}' for g in reading) or 'no token'} ms while the read ran, "
+          f"{max(first_pass, default=0) * 1e3:.0f} ms for the step beside the restored request's first pass")
 
 
 def main():
@@ -220,7 +228,7 @@ def main():
     p.add_argument("--layers", type=int, default=0)
     p.add_argument("--conversations", default="16,64")
     p.add_argument("--no-cache-conversations", default=None,
-                   help="the counts of --conversations also run with --no-session-cache (default: all)")
+                   help="the counts (1: the single conversation) also run with --no-session-cache (default: those of --conversations)")
     p.add_argument("--slots", type=int, default=4)
     p.add_argument("--turns", type=int, default=8)
     p.add_argument("--system-tokens", type=int, default=1500)
@@ -230,7 +238,10 @@ def main():
     p.add_argument("--state-snapshot-interval", type=int, help="passed to the server (hybrid models)")
     p.add_argument("--restore-context", type=int, default=0, help="tokens of the session restored beside a stream (0: skip)")
     p.add_argument("--restore-memory", default="16M", help="RAM tier of that server: smaller than the session")
+    p.add_argument("--reply-tokens", default="20,100", help="the range of max_tokens of the replies")
     args = p.parse_args()
+    global REPLY_TOKENS
+    REPLY_TOKENS = tuple(int(x) for x in args.reply_tokens.split(","))
 
     tmp = tempfile.mkdtemp(prefix="ellm-bench-sessions-")
     try:
@@ -243,16 +254,23 @@ def main():
             extra += ["--state-snapshot-interval", str(args.state_snapshot_interval)]
         kwargs = {"preserve_thinking": args.preserve_thinking == "true"} if args.chat_template else {"enable_thinking": False}
         print(f"model {model}, {args.slots} slots, {args.turns} turns, system prompt ~{args.system_tokens} tokens, "
-              f"user 50-300 tokens, replies 20-100 tokens, --session-memory {args.session_memory}, template kwargs {kwargs}")
+              f"user 50-300 tokens, replies {REPLY_TOKENS[0]}-{REPLY_TOKENS[1]} tokens, --session-memory {args.session_memory}, "
+              f"template kwargs {kwargs}")
 
         if args.restore_context:
             restore_itl(args.binary, model, args.restore_context, args.restore_memory, os.path.join(tmp, "restore"), extra)
+            if not args.conversations:
+                return
 
+        no_cache = args.conversations if args.no_cache_conversations is None else args.no_cache_conversations
         server = Server(args.binary, model, args.slots, extra)
         single = summarize("1 conversation", workload(server, 1, args.turns, system, 7, kwargs))
         server.stop()
-
-        no_cache = args.conversations if args.no_cache_conversations is None else args.no_cache_conversations
+        if "1" in no_cache.split(","):
+            server = Server(args.binary, model, args.slots, ["--no-session-cache", *extra])
+            cold = summarize("1 conversation, no session cache", workload(server, 1, args.turns, system, 7, kwargs))
+            server.stop()
+            print(f"{'':<34} turn>1 TTFT p50 with the store / without: {single / max(cold, 1e-9):.3f}")
         for n in [int(x) for x in args.conversations.split(",") if x]:
             session_dir = os.path.join(tmp, f"sessions-{n}")
             flags = ["--session-dir", session_dir, "--session-memory", args.session_memory, "--shutdown-grace", "60", *extra]

@@ -201,9 +201,22 @@ void Scheduler::enqueue(QueuedRequest request) {
   wake_.notify_one();
 }
 
+// The store's figures are read now: its writer and restores go on while the scheduler sleeps.
+// The hot tier's gauges are the slots', as the last step left them.
 EngineMetrics Scheduler::metrics() const {
-  std::lock_guard lock(mutex_);
-  return metrics_;
+  EngineMetrics m;
+  {
+    std::lock_guard lock(mutex_);
+    m = metrics_;
+  }
+  if (store_) {
+    const SessionTierMetrics hot = m.sessions.hot;
+    m.sessions = store_->metrics();
+    m.sessions.hot.sessions = hot.sessions;
+    m.sessions.hot.bytes = hot.bytes;
+    m.sessions.hot.snapshots = hot.snapshots;
+  }
+  return m;
 }
 
 // No exception leaves this thread: a request's own failure ends that request (on_logits, admit);
@@ -493,7 +506,6 @@ Scheduler::Placement Scheduler::place(QueuedRequest& queued) {
   slot.tokens.resize(in_place ? reuse : 0);
   drop_snapshots(slot, in_place ? reuse : 0);
   slot.prompt_len = std::min<int64_t>(slot.prompt_len, int64_t(slot.tokens.size()));
-
 
   // Committed KV: evict idle sessions (LRU, to the store) before refusing anyone. The snapshots
   // its prefill will take count too.

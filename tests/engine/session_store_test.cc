@@ -244,6 +244,38 @@ TEST_P(SessionStore, SessionsSurviveARestart) {
   fs::remove_all(dir);
 }
 
+// Sessions that leave their slot for RAM are written through to --session-dir in the
+// background, so a server killed without a shutdown (SIGKILL) loses only the last few seconds:
+// the next server resumes them from disk.
+TEST_P(SessionStore, RamSessionsAreWrittenThroughToDisk) {
+  const std::string dir = temp_dir("through");
+  EngineOptions options;
+  options.session_dir = dir;  // and the default RAM tier, which holds them all
+  auto conversations = sharing_a_system_prompt(4, 150);
+  {
+    auto [model, engine] = make(limits(4096, 1), options);
+    run_turns(*engine, conversations, 1, 40, 8);  // three of the four leave the slot for RAM
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (engine->metrics().sessions.disk.sessions < 3 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_GE(engine->metrics().sessions.ram.sessions, 3);
+    EXPECT_GE(engine->metrics().sessions.disk.sessions, 3);
+  }  // no shutdown(): nothing is flushed
+  auto [model, engine] = make(limits(4096, 1), options);
+  for (int i = 0; i < 3; ++i) {
+    Conversation& c = conversations[i];
+    const int64_t before = int64_t(c.history.size());
+    auto message = prompt_of(40, c.seed * 100 + 5);
+    c.history.insert(c.history.end(), message.begin(), message.end());
+    Outcome out = collect(engine->submit(greedy(c.history, 8)));
+    EXPECT_EQ(out.ids, fake_greedy(c.history, 8));
+    EXPECT_GE(out.end.cached_tokens, before - 1) << "conversation " << i;
+  }
+  EXPECT_GE(engine->metrics().sessions.disk.hits, 3);
+  engine.reset();
+  fs::remove_all(dir);
+}
+
 // Truncated, corrupt, foreign and stray files are skipped (or fail their restore) with a log
 // line: never a crash, never wrong output.
 TEST_P(SessionStore, BadFilesAreSkippedAndNeverYieldWrongOutput) {
