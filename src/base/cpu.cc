@@ -38,18 +38,31 @@ Isa detect() {
   bool amx_os = (xcr0 & 0x60000) == 0x60000;
   __get_cpuid_count(7, 0, &a, &b, &c, &d);
   bool avx2 = b & (1u << 5), avx512f = b & (1u << 16), avx512bw = b & (1u << 30);
-  bool avx512vl = b & (1u << 31), avx512dq = b & (1u << 17);
+  bool avx512vl = b & (1u << 31), avx512dq = b & (1u << 17), avx512vnni = c & (1u << 11);
+  bool avx512vbmi = c & (1u << 1);
   bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24);
   unsigned a1, b1, c1, d1;
   __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1);
   bool avx512bf16 = a1 & (1u << 5);
   if (!(avx2 && fma && f16c && ymm_os)) return Isa::scalar;
-  if (!(avx512f && avx512bw && avx512vl && avx512dq && avx512bf16 && zmm_os)) return Isa::avx2;
+  // Every CPU with AVX-512-BF16 so far also has AVX-512-VNNI; all but Cooper Lake have VBMI too
+  // (Sapphire Rapids, Zen 4, Zen 5), which the FP8 kernels use: Cooper Lake runs the AVX2 tier.
+  if (!(avx512f && avx512bw && avx512vl && avx512dq && avx512bf16 && avx512vnni && avx512vbmi &&
+        zmm_os))
+    return Isa::avx2;
   if (amx_bf16 && amx_tile && amx_os && request_amx_permission()) return Isa::amx;
   return Isa::avx512;
 }
 
 std::atomic<int> forced{-1};
+
+bool detect_avx_vnni() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+  return (a & (1u << 4)) && best_isa() >= Isa::avx2;
+}
+
+std::atomic<int> avx_vnni_forced{-1};
 
 }  // namespace
 
@@ -100,6 +113,26 @@ std::vector<Isa> supported_isas() {
   std::vector<Isa> out;
   for (int i = 0; i <= int(best_isa()); ++i) out.push_back(Isa(i));
   return out;
+}
+
+bool has_avx_vnni() {
+  static const bool has = detect_avx_vnni();
+  return has;
+}
+
+bool avx_vnni_enabled() {
+  const int f = avx_vnni_forced.load(std::memory_order_relaxed);
+  if (f >= 0) return f;
+  static const bool enabled = [] {
+    const char* off = std::getenv("ELLM_NO_AVX_VNNI");
+    return has_avx_vnni() && !(off && *off && std::string(off) != "0");
+  }();
+  return enabled;
+}
+
+void set_avx_vnni_enabled(bool on) {
+  if (on && !has_avx_vnni()) fail("AVX-VNNI", "this CPU does not have AVX-VNNI");
+  avx_vnni_forced = on ? 1 : 0;
 }
 
 int physical_core_count() {

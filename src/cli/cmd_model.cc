@@ -129,6 +129,21 @@ bool quantize_requested(const CLI::App& app, const char* kind) {
 bool quantize_fp8_requested(const CLI::App& app) { return quantize_requested(app, "fp8"); }
 bool quantize_int4_requested(const CLI::App& app) { return quantize_requested(app, "int4"); }
 
+void add_activations_option(CLI::App& app) {
+  app.add_option("--activations", "inputs of INT4 products: bf16 (the reference's numeric path), "
+                                  "int8 (quantised per 32 inputs, vpdpbusd) or auto (int8 where "
+                                  "the CPU has VNNI, else bf16)")
+      ->check(CLI::IsMember({"auto", "bf16", "int8"}))
+      ->default_str("auto");
+}
+
+ActivationDtype activations_requested(const CLI::App& app) {
+  const CLI::Option* option = app.get_option("--activations");
+  if (option->count() == 0) return ActivationDtype::automatic;
+  const std::string value = option->as<std::string>();
+  return value == "bf16" ? ActivationDtype::bf16 : value == "int8" ? ActivationDtype::int8 : ActivationDtype::automatic;
+}
+
 int cmd_make_model(int argc, char** argv) {
   CLI::App app{"Write a random-weight Qwen3 or Qwen3.5 model in Hugging Face layout", "make-model"};
   MakeModelOptions o;
@@ -169,9 +184,11 @@ int cmd_logits(int argc, char** argv) {
                  "KV cache positions (default: the total fed)");
   app.add_option("--threads", limits.threads, "worker threads (default: one per core)");
   add_quantize_option(app);
+  add_activations_option(app);
   if (int code = parse(app, argc, argv); code >= 0) return code;
   limits.quantize_fp8 = quantize_fp8_requested(app);
   limits.quantize_int4 = quantize_int4_requested(app);
+  limits.activations = activations_requested(app);
 
   std::vector<std::vector<int32_t>> feeds = read_feeds(feeds_path);
   std::vector<int32_t> all;
@@ -223,9 +240,11 @@ int cmd_generate(int argc, char** argv) {
                  "KV cache positions (default: prompt + max tokens)");
   app.add_option("--threads", limits.threads, "worker threads (default: one per core)");
   add_quantize_option(app);
+  add_activations_option(app);
   if (int code = parse(app, argc, argv); code >= 0) return code;
   limits.quantize_fp8 = quantize_fp8_requested(app);
   limits.quantize_int4 = quantize_int4_requested(app);
+  limits.activations = activations_requested(app);
 
   std::vector<int32_t> prompt;
   std::stringstream ss(prompt_text);

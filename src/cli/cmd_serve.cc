@@ -91,7 +91,8 @@ int cmd_serve(int argc, char** argv) {
   CLI::App app{"OpenAI/vLLM-compatible HTTP server", "ellm serve"};
   std::string model_path, host = "0.0.0.0", served_name, api_key, chat_template_file, tool_parser;
   std::string kv_memory = "0", max_body = "8M", scripted;
-  std::string session_memory, session_dir, session_disk, replica_id;
+  std::string session_memory, session_dir, session_disk, replica_id, speculative = "none";
+  int64_t num_speculative_tokens = -1;
   int64_t state_snapshot_interval = EngineOptions{}.state_snapshot_interval;
   int port = 8000, threads = 0;
   int64_t sequence_length = 0, batch_size = 4, chunk_size = 0, max_queue = 64;
@@ -115,6 +116,7 @@ int cmd_serve(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--kv-memory", kv_memory, "KV cache budget, e.g. 8G (default: what RAM allows)");
   add_quantize_option(app);
+  add_activations_option(app);
   app.add_option("--chat-template", chat_template_file, "Jinja file replacing the model's chat template");
   app.add_option("--tool-call-parser", tool_parser, "hermes, qwen3_coder or none (default: from the template)");
   app.add_option("--max-body-size", max_body, "largest request body, e.g. 8M")->capture_default_str();
@@ -144,6 +146,12 @@ int cmd_serve(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--replica-id", replica_id,
                  "this replica's name in /metrics (label replica) and the X-Ellm-Replica header (default: the hostname)");
+  app.add_option("--speculative", speculative,
+                 "speculative decoding: ngram (prompt lookup), mtp (the model's own head, Qwen3.5+), "
+                 "draft:PATH (a small model of the same tokenizer) or none; requests may choose another")
+      ->capture_default_str();
+  app.add_option("--num-speculative-tokens", num_speculative_tokens,
+                 "most tokens a stream proposes per pass (default 4 with --speculative; fewer while few are kept)");
   app.add_option("--scripted-output", scripted, "testing: comma-separated token ids emitted instead of sampling; several scripts separated by ';' serve the requests in turn, the last one repeating");
   try {
     // A flag given twice takes its last value, as in vLLM (and wrapper scripts rely on it).
@@ -201,6 +209,11 @@ int cmd_serve(int argc, char** argv) {
   limits.kv_memory_bytes = parse_byte_size(kv_memory, "serve --kv-memory");
   limits.quantize_fp8 = quantize_fp8_requested(app);
   limits.quantize_int4 = quantize_int4_requested(app);
+  limits.activations = activations_requested(app);
+  const Proposer proposer = parse_proposer(speculative, "serve --speculative");
+  if (num_speculative_tokens < 0) num_speculative_tokens = proposer == Proposer::none ? 0 : 4;
+  limits.speculative_tokens = num_speculative_tokens;
+  limits.mtp = proposer == Proposer::mtp;
 
   Server::check_address(host, port);
   auto tokenizer = Tokenizer::load(model_path);
@@ -251,8 +264,20 @@ int cmd_serve(int argc, char** argv) {
   engine_options.eos_token_ids = defaults.eos_token_ids;
   engine_options.default_sampling = defaults.sampling;
   if (!scripted.empty()) engine_options.scripted_outputs = parse_scripts(scripted);
+  engine_options.speculative = proposer;
+  engine_options.num_speculative_tokens = num_speculative_tokens;
 
-  Engine engine(Model::load(model_path, limits), tokenizer, engine_options);
+  std::unique_ptr<Model> model = Model::load(model_path, limits);
+  std::unique_ptr<Model> draft;
+  if (proposer == Proposer::draft) {
+    const std::string draft_path = speculative.substr(std::string("draft:").size());
+    if (draft_path.empty()) throw Error("serve --speculative draft:PATH: the path of the draft model is missing");
+    ServingLimits draft_limits = limits;  // as stored; its KV is its own, beside the budget
+    draft_limits.mtp = draft_limits.quantize_fp8 = draft_limits.quantize_int4 = false;
+    draft_limits.kv_memory_bytes = 0;
+    draft = Model::load(draft_path, draft_limits, model.get());
+  }
+  Engine engine(std::move(model), tokenizer, engine_options, std::move(draft));
   Server server(engine, chat_template, server_options);
   int bound = server.bind(host, port);
   live_engine.store(&engine);

@@ -9,11 +9,17 @@ class App;
 
 namespace ellm {
 
+enum class ActivationDtype;  // model/model.h
+
 // --quantize none|fp8|int4 (serve, bench, logits, generate; cmd_model.cc): BF16 linear weights
 // to FP8 or INT4 at load. quantize_fp8_requested(app) after parsing: whether fp8 was asked for.
 void add_quantize_option(CLI::App& app);
 bool quantize_fp8_requested(const CLI::App& app);
 bool quantize_int4_requested(const CLI::App& app);
+// --activations auto|bf16|int8 (serve, logits, generate; cmd_model.cc): the inputs of INT4
+// products (model.h Activations); activations_requested(app) after parsing.
+void add_activations_option(CLI::App& app);
+ActivationDtype activations_requested(const CLI::App& app);
 
 int cmd_make_model(int argc, char** argv);  // cmd_model.cc
 int cmd_logits(int argc, char** argv);      // cmd_model.cc

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <iterator>
 #include <mutex>
+#include <tuple>
 
 #include "base/error.h"
 #include "engine/scheduler.h"
@@ -43,6 +44,7 @@ size_t RequestStream::queued() const {
 
 struct Engine::Impl {
   std::unique_ptr<Model> model;
+  bool has_draft = false;
   std::shared_ptr<const Tokenizer> tokenizer;
   EngineOptions options;
   // For constrained decoding: built by the first request that needs it (about 0.2 s), not by
@@ -56,19 +58,29 @@ struct Engine::Impl {
     return vocab;
   }
 
-  Impl(std::unique_ptr<Model> m, std::shared_ptr<const Tokenizer> t, EngineOptions o)
-      : model(std::move(m)), tokenizer(std::move(t)), options(std::move(o)),
-        scheduler(*model, *tokenizer, options) {}
+  Impl(std::unique_ptr<Model> m, std::shared_ptr<const Tokenizer> t, EngineOptions o,
+       std::unique_ptr<Model> draft)
+      : model(std::move(m)), has_draft(draft != nullptr), tokenizer(std::move(t)),
+        options(std::move(o)), scheduler(*model, *tokenizer, options, std::move(draft)) {}
 };
 
 Engine::Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
-               EngineOptions options) {
+               EngineOptions options, std::unique_ptr<Model> draft) {
   if (!model || !tokenizer) throw Error("engine: a model and a tokenizer are required");
+  if (options.num_speculative_tokens < 0 ||
+      options.num_speculative_tokens > model->limits().speculative_tokens)
+    throw Error("engine: --num-speculative-tokens " + std::to_string(options.num_speculative_tokens) +
+                " needs the model loaded for as many (it was for " +
+                std::to_string(model->limits().speculative_tokens) + ")");
+  if (options.speculative == Proposer::mtp && !model->has_mtp())
+    throw Error("engine: speculative mtp needs the model's MTP head loaded");
+  if (options.speculative == Proposer::draft && !draft)
+    throw Error("engine: speculative draft needs a draft model");
   for (const auto& script : options.scripted_outputs)
     for (int32_t id : script)
       if (id < 0 || id >= model->vocab_size())
         throw Error("scripted output: token id " + std::to_string(id) + " is outside the vocabulary");
-  impl_ = std::make_unique<Impl>(std::move(model), std::move(tokenizer), std::move(options));
+  impl_ = std::make_unique<Impl>(std::move(model), std::move(tokenizer), std::move(options), std::move(draft));
 }
 
 Engine::~Engine() = default;
@@ -111,6 +123,34 @@ int64_t validate(const GenerateRequest& request, const Model& model, bool strict
                                        std::to_string(budget_positions) + " positions");
 }
 
+// The proposer and depth of a request's speculative decoding.
+std::pair<Proposer, int> speculation_of(const GenerateRequest& request, const EngineOptions& options,
+                                        const Model& model, bool has_draft) {
+  Proposer proposer = options.speculative;
+  if (!request.speculative.empty()) {
+    if (request.speculative.rfind("draft:", 0) == 0)
+      throw RequestError("speculative", "a draft model is the server's (--speculative draft:PATH); ask for \"draft\"");
+    try {
+      proposer = parse_proposer(request.speculative, "speculative");
+    } catch (const Error& e) {
+      throw RequestError("speculative", e.what());
+    }
+  }
+  int64_t depth = request.num_speculative_tokens < 0 ? options.num_speculative_tokens
+                                                     : request.num_speculative_tokens;
+  if (request.num_speculative_tokens > options.num_speculative_tokens)
+    throw RequestError("num_speculative_tokens", "at most " + std::to_string(options.num_speculative_tokens) +
+                                                     " (the server's --num-speculative-tokens)");
+  if (proposer != Proposer::none && options.num_speculative_tokens == 0)
+    throw RequestError("speculative", "the server runs without speculative decoding (--num-speculative-tokens 0)");
+  if (proposer == Proposer::none || depth == 0) return {Proposer::none, 0};
+  if (proposer == Proposer::mtp && !model.has_mtp())
+    throw RequestError("speculative", "mtp needs the model's MTP head (serve --speculative mtp)");
+  if (proposer == Proposer::draft && !has_draft)
+    throw RequestError("speculative", "the server has no draft model (serve --speculative draft:PATH)");
+  return {proposer, int(depth)};
+}
+
 // The sampling fields, checked once.
 void validate_sampling(const GenerateRequest& request) {
   const SamplingParams& s = request.sampling;
@@ -132,6 +172,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
   QueuedRequest queued;
   queued.max_new = validate(request, *impl_->model, impl_->options.strict_max_tokens);
   validate_sampling(request);
+  std::tie(queued.proposer, queued.speculative_depth) = speculation_of(request, impl_->options, *impl_->model, impl_->has_draft);
   if (request.constraint) {
     std::vector<int32_t> end_tokens = request.stop_token_ids;
     if (!request.ignore_eos)

@@ -19,6 +19,7 @@
 
 #include "engine/request.h"
 #include "engine/session_store.h"
+#include "engine/speculation.h"
 
 namespace ellm {
 
@@ -71,6 +72,15 @@ struct EngineOptions {
   // first request to start takes the first script, the next the second, and so on; the last
   // script serves every request after.
   std::vector<std::vector<int32_t>> scripted_outputs;
+  // Speculative decoding (engine/speculation.h): the proposer of requests that do not name one,
+  // and the most tokens a stream proposes per pass (0: no speculative decoding; the model must
+  // be loaded with ServingLimits::speculative_tokens at least this). Streams propose fewer
+  // when fewer are kept, and a pass carries at most speculative_pass_rows next tokens and
+  // proposals together (more only when more slots decode), so that it stays about as cheap as
+  // a decode step.
+  Proposer speculative = Proposer::none;
+  int64_t num_speculative_tokens = 0;
+  int64_t speculative_pass_rows = 16;
 };
 
 struct QueueFull : std::runtime_error {
@@ -94,12 +104,21 @@ struct EngineMetrics {
   };
   Histogram time_to_first_token, inter_token_latency, e2e_latency;
   SessionMetrics sessions;
+  // Speculative decoding, per proposer: checks (groups of proposals checked), tokens proposed,
+  // of those the tokens kept, and the time spent proposing (a draft model's or MTP's passes).
+  struct Speculative {
+    int64_t checks = 0, proposed = 0, accepted = 0;
+    double propose_seconds = 0;
+  };
+  Speculative speculative[int(Proposer::count)];
 };
 
 class Engine {
  public:
+  // `draft`: the draft model of speculative decoding (Proposer::draft), loaded to share the
+  // model's thread team (Model::load's share_threads).
   Engine(std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
-         EngineOptions options);
+         EngineOptions options, std::unique_ptr<Model> draft = nullptr);
   ~Engine();  // stops the scheduler; pending requests finish with "abort"
 
   // Validates and queues. Throws RequestError for a request that can never run (an empty

@@ -53,6 +53,10 @@ struct GenerateRequest {
   // Constrained decoding (response_format, tool_choice); shared by the n choices of a request,
   // each of which gets its own decoding state at submit.
   std::shared_ptr<const OutputConstraint> constraint;
+  // Speculative decoding: "ngram", "mtp", "draft" or "none" ("": the server's choice), and the
+  // most tokens to propose per pass (-1: the server's).
+  std::string speculative;
+  int64_t num_speculative_tokens = -1;
 };
 
 struct TokenLogprob {

@@ -92,24 +92,22 @@ int64_t select_top_mass(int32_t* ids, int64_t n, const float* logits, const floa
 
 }  // namespace
 
-int32_t sample_filtered(std::span<const float> logits, float temperature, int top_k, float top_p,
-                        float min_p, std::mt19937_64& rng, std::span<int32_t> id_scratch,
-                        std::span<float> weight_scratch) {
+namespace {
+
+// The candidates sample_filtered draws from: ids[0, n) (returns n) with unnormalised weights
+// (weights[id]; the best id weighs exactly 1), after top-k, top-p and min-p. The best logit
+// is finite.
+int64_t candidates(std::span<const float> logits, float temperature, int top_k, float top_p,
+                   float min_p, int32_t* ids, float* weights) {
   const int64_t vocab = int64_t(logits.size());
   const float* l = logits.data();
   const int32_t best = argmax(logits);
   const float max_logit = l[best];
-  if (!std::isfinite(max_logit)) return best;
-
-  // Unnormalised probabilities; the best id weighs exactly 1.
-  float* weights = weight_scratch.data();
   const float inv_t = 1.0f / temperature;
   for (int64_t i = 0; i < vocab; ++i) {
     float w = std::exp((l[i] - max_logit) * inv_t);
     weights[i] = std::isnan(w) ? 0.0f : w;
   }
-
-  int32_t* ids = id_scratch.data();
   for (int64_t i = 0; i < vocab; ++i) ids[i] = int32_t(i);
   int64_t n = vocab;
   if (top_k > 0 && top_k < vocab) {
@@ -128,18 +126,58 @@ int32_t sample_filtered(std::span<const float> logits, float temperature, int to
     if (kept == 0) ids[kept++] = best;
     n = kept;
   }
+  return n;
+}
 
+// A draw from ids[0, n) by weight, leaving out `excluded` (-1: none); -1 when nothing else
+// has weight.
+int32_t draw(const int32_t* ids, int64_t n, const float* weights, int32_t excluded, std::mt19937_64& rng) {
   double total = 0;
-  for (int64_t i = 0; i < n; ++i) total += weights[ids[i]];
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] != excluded) total += weights[ids[i]];
   double target = uniform01(rng) * total;
   for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] == excluded) continue;
     target -= weights[ids[i]];
     if (target < 0) return ids[i];
   }
   // Rounding left a sliver: the last candidate with any weight.
   for (int64_t i = n - 1; i >= 0; --i)
-    if (weights[ids[i]] > 0) return ids[i];
-  return best;
+    if (ids[i] != excluded && weights[ids[i]] > 0) return ids[i];
+  return -1;
+}
+
+}  // namespace
+
+int32_t sample_filtered(std::span<const float> logits, float temperature, int top_k, float top_p,
+                        float min_p, std::mt19937_64& rng, std::span<int32_t> id_scratch,
+                        std::span<float> weight_scratch) {
+  const int32_t best = argmax(logits);
+  if (!std::isfinite(logits[best])) return best;
+  int32_t* ids = id_scratch.data();
+  const int64_t n = candidates(logits, temperature, top_k, top_p, min_p, ids, weight_scratch.data());
+  const int32_t id = draw(ids, n, weight_scratch.data(), -1, rng);
+  return id >= 0 ? id : argmax(logits);
+}
+
+int32_t sample_or_accept(std::span<const float> logits, float temperature, int top_k, float top_p,
+                         float min_p, int32_t proposal, std::mt19937_64& rng,
+                         std::span<int32_t> id_scratch, std::span<float> weight_scratch) {
+  const int32_t best = argmax(logits);
+  if (!std::isfinite(logits[best])) return best;
+  int32_t* ids = id_scratch.data();
+  const float* weights = weight_scratch.data();
+  const int64_t n = candidates(logits, temperature, top_k, top_p, min_p, ids, weight_scratch.data());
+  double total = 0, proposed = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    total += weights[ids[i]];
+    if (ids[i] == proposal) proposed = weights[proposal];
+  }
+  // Accepted with probability p(proposal); else a draw from p without it, renormalised. So
+  // p(proposal) = p(proposal) and p(x) = (1 - p(proposal)) p(x) / (1 - p(proposal)) = p(x).
+  if (uniform01(rng) * total < proposed) return proposal;
+  const int32_t id = draw(ids, n, weights, proposal, rng);
+  return id >= 0 ? id : proposal;
 }
 
 void raw_logprobs(std::span<const float> logits, int32_t chosen, int top_n,
@@ -206,7 +244,7 @@ bool Sampler::has_penalties() const {
          (is_positive(params_.repetition_penalty) && params_.repetition_penalty != 1.0f);
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
+int32_t Sampler::sample(std::span<const float> logits, int32_t proposal) {
   std::span<const float> scores = logits;
   if (has_penalties()) {
     std::copy(logits.begin(), logits.end(), work_.begin());
@@ -216,6 +254,9 @@ int32_t Sampler::sample(std::span<const float> logits) {
     scores = work_;
   }
   if (!is_positive(params_.temperature)) return argmax(scores);
+  if (proposal >= 0 && proposal < int32_t(scores.size()))
+    return sample_or_accept(scores, params_.temperature, params_.top_k, params_.top_p, params_.min_p,
+                            proposal, rng_, scratch_, weights_);
   return sample_filtered(scores, params_.temperature, params_.top_k, params_.top_p, params_.min_p,
                          rng_, scratch_, weights_);
 }

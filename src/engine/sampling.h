@@ -34,6 +34,14 @@ int32_t sample_filtered(std::span<const float> logits, float temperature, int to
                         float min_p, std::mt19937_64& rng, std::span<int32_t> id_scratch,
                         std::span<float> weight_scratch);
 
+// Speculative decoding, for a proposer that offers one token: `proposal` with its probability
+// under the distribution sample_filtered draws from, else a draw from that distribution
+// without it. The result is distributed exactly as sample_filtered's (the standard rejection
+// rule with a point-mass proposal). Same scratch as sample_filtered.
+int32_t sample_or_accept(std::span<const float> logits, float temperature, int top_k, float top_p,
+                         float min_p, int32_t proposal, std::mt19937_64& rng,
+                         std::span<int32_t> id_scratch, std::span<float> weight_scratch);
+
 // Log-softmax of the raw logits at `chosen` plus the `top_n` most likely ids, best first.
 void raw_logprobs(std::span<const float> logits, int32_t chosen, int top_n,
                   std::span<int32_t> scratch, TokenLogprob& out);
@@ -45,8 +53,10 @@ class Sampler {
 
   // Starts a request: seeds the RNG (random when no seed), resets the penalty counts.
   void start(const SamplingParams& params, std::span<const int32_t> prompt);
-  // Picks the next token from the raw logits (not modified).
-  int32_t sample(std::span<const float> logits);
+  // Picks the next token from the raw logits (not modified). With a proposal (speculative
+  // decoding, >= 0): greedy takes the argmax as ever; sampling keeps the proposal or replaces
+  // it by sample_or_accept's rule, so the token has exactly the distribution it would without.
+  int32_t sample(std::span<const float> logits, int32_t proposal = -1);
   // Records a generated token for the penalties.
   void accept(int32_t token);
   // Fills out with the raw log-probabilities of `chosen` (params.top_logprobs alternatives).

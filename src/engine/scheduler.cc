@@ -79,13 +79,16 @@ ActiveRequest::ActiveRequest(const Tokenizer& tokenizer, QueuedRequest&& queued,
       cached(cached_tokens),
       detokenizer(tokenizer, request.skip_special_tokens),
       constraint(std::move(queued.constraint)),
+      proposer(queued.proposer),
       submitted(queued.submitted) {
   sequence.reserve(prompt_len + max_new);
   sequence = request.prompt;
   stop.reset(request.stop);
+  speculation.start(queued.speculative_depth);
 }
 
-Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
+Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptions& options,
+                     std::unique_ptr<Model> draft)
     : model_(model),
       tokenizer_(tokenizer),
       options_(options),
@@ -114,8 +117,18 @@ Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptio
   parts_.reserve(n_slots);
   step_batch_.reserve(n_slots);
   step_parts_.reserve(n_slots);
-  logits_.resize(size_t(n_slots) * vocab_size_);
+  const int64_t k = options_.num_speculative_tokens;
+  logits_.resize(size_t(n_slots * (1 + k)) * vocab_size_);
   idle_slots_ = int(n_slots);
+  if (k > 0) {
+    proposals_.assign(size_t(n_slots), std::vector<int32_t>(size_t(k)));
+    drafter_ = std::make_unique<Drafter>(model, std::move(draft), tokenizer.vocab_size());
+    draft_jobs_.reserve(size_t(n_slots));
+    depth_.resize(size_t(n_slots));
+    granted_.resize(size_t(n_slots));
+    rate_.resize(size_t(n_slots));
+    spec_batch_.reserve(size_t(model.max_pass_tokens()));
+  }
 
   const std::vector<double> latency = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
                                        0.5,   0.75,  1.0,  2.5,  5.0,  7.5,  10,   20,  40,  80};
@@ -695,10 +708,73 @@ void Scheduler::build_pass() {
   const double stall = options_.max_decode_stall_seconds;
   const int64_t n_prefill = int64_t(batch_.size() - n_decode);
   in_parts_ = n_decode > 0 && stall > 0 && double(n_prefill) * prefill_seconds_per_token_ > stall / 2;
+  pass_has_prefill_ = n_prefill > 0;
   if (in_parts_) {
     batch_.erase(batch_.begin(), batch_.begin() + ptrdiff_t(n_decode));
     parts_.erase(parts_.begin(), parts_.begin() + ptrdiff_t(n_decode));
+  } else if (drafter_) {
+    add_proposals(n_decode);
   }
+}
+
+// Speculative decoding: proposals for the decoding slots (parts_[0, n_decode)), each slot's next
+// token and its proposals one group, all with logits. How many each stream proposes follows how
+// many it got kept; together they stay within speculative_pass_rows and the pass's room.
+void Scheduler::add_proposals(size_t n_decode) {
+  int wanted = 0;
+  for (size_t i = 0; i < n_decode; ++i) {
+    const ActiveRequest& request = *active_[parts_[i].slot];
+    // The group's tokens after the next one write KV that only kept tokens would need.
+    const int64_t left = request.max_new - request.generated - 1;
+    depth_[i] = request.proposer == Proposer::none ? 0 : int(std::min<int64_t>(request.speculation.depth(), left));
+    rate_[i] = request.speculation.rate();
+    wanted += depth_[i];
+    if (depth_[i] == 0) active_[parts_[i].slot]->speculation.step_without();
+  }
+  if (wanted == 0) return;
+  const int64_t room = std::min(options_.speculative_pass_rows - int64_t(n_decode),
+                                model_.max_pass_tokens() - int64_t(batch_.size()));
+  share_budget(std::span(depth_).first(n_decode), std::span<const double>(rate_).first(n_decode),
+               int(std::max<int64_t>(room, 0)), granted_);
+
+  // The proposals: prompt lookup here, the models' by proposer, all slots of one at once.
+  for (Proposer proposer : {Proposer::mtp, Proposer::draft}) {
+    draft_jobs_.clear();
+    for (size_t i = 0; i < n_decode; ++i) {
+      const int s = parts_[i].slot;
+      const ActiveRequest& request = *active_[s];
+      if (request.proposer == proposer && depth_[i] > 0)
+        draft_jobs_.push_back({s, request.sequence, depth_[i], proposals_[s].data()});
+    }
+    const auto start = Clock::now();
+    drafter_->propose(proposer, draft_jobs_);
+    if (!draft_jobs_.empty())
+      local_metrics_.speculative[int(proposer)].propose_seconds += seconds_between(start, Clock::now());
+    for (const DraftJob& job : draft_jobs_)
+      for (size_t i = 0; i < n_decode; ++i)
+        if (parts_[i].slot == job.slot) parts_[i].proposed = job.made;
+  }
+  spec_batch_.clear();
+  for (size_t i = 0; i < n_decode; ++i) {
+    PassPart& part = parts_[i];
+    ActiveRequest& request = *active_[part.slot];
+    if (request.proposer == Proposer::ngram && depth_[i] > 0) {
+      const auto start = Clock::now();
+      part.proposed = propose_ngram(request.sequence, depth_[i], proposals_[part.slot].data());
+      local_metrics_.speculative[int(Proposer::ngram)].propose_seconds += seconds_between(start, Clock::now());
+    }
+    const BatchToken next = batch_[i];
+    if (part.proposed == 0) {
+      spec_batch_.push_back(next);
+      continue;
+    }
+    spec_batch_.push_back({next.token, next.slot, next.position, true, true});
+    for (int64_t j = 0; j < part.proposed; ++j)
+      spec_batch_.push_back({proposals_[part.slot][j], next.slot, int32_t(next.position + 1 + j), true, true});
+    part.count = 1 + part.proposed;
+  }
+  spec_batch_.insert(spec_batch_.end(), batch_.begin() + ptrdiff_t(n_decode), batch_.end());
+  batch_.swap(spec_batch_);
 }
 
 void Scheduler::run_pass() {
@@ -709,7 +785,7 @@ void Scheduler::run_pass() {
     } else {
       model_.forward(batch_, logits_.data());
       const double seconds = seconds_between(start, Clock::now());
-      if (parts_.size() == batch_.size()) decode_step_seconds_ = seconds;
+      if (!pass_has_prefill_) decode_step_seconds_ = seconds;
       if (batch_.size() >= 64) prefill_seconds_per_token_ = seconds / double(batch_.size());
     }
   } catch (const std::exception& e) {
@@ -794,6 +870,7 @@ void Scheduler::fail_parts(std::span<const PassPart> parts, const std::string& e
   for (const PassPart& part : parts) {
     try {
       forget(slots_[part.slot]);
+      if (drafter_) drafter_->forget(part.slot);
     } catch (const std::exception&) {  // the session is forgotten; its pages stay counted
     }
     if (active_[part.slot]) finish(part.slot, FinishReason::error, error);
@@ -804,6 +881,11 @@ void Scheduler::fail_parts(std::span<const PassPart> parts, const std::string& e
 void Scheduler::take_results(std::span<const PassPart> parts) {
   size_t row = 0;
   for (const PassPart& part : parts) {
+    if (part.proposed > 0) {
+      check_proposals(part, row);
+      row += size_t(part.count);
+      continue;
+    }
     Slot& slot = slots_[part.slot];
     const ActiveRequest& request = *active_[part.slot];
     size_t begin = slot.tokens.size();
@@ -839,8 +921,46 @@ void Scheduler::keep_captures(int slot_index) {
   store_->count_hot_snapshots(taken, 0, int64_t(before - slot.snapshots.size()));
 }
 
-// Samples the slot's next token and streams what it completes.
-void Scheduler::on_logits(int slot, std::span<float> logits) {
+// A slot's group of speculative tokens: its next token and part.proposed proposals, a row of
+// logits each. Row i chooses the token after token i, exactly as a decode step would (on_logits
+// with the proposal: greedy takes the argmax, sampling the rejection rule); proposal i + 1 is
+// kept while it is that choice. The slot keeps the tokens up to the last kept one; the model
+// and the draft model drop the rest.
+void Scheduler::check_proposals(const PassPart& part, size_t first_row) {
+  const int s = part.slot;
+  Slot& slot = slots_[s];
+  const Proposer proposer = active_[s]->proposer;
+  const std::vector<int32_t>& proposed = proposals_[s];
+  const int64_t begin = int64_t(slot.tokens.size());
+  slot.tokens.push_back(active_[s]->sequence[size_t(begin)]);
+  // Counted as it goes: a request that ends here publishes the metrics.
+  EngineMetrics::Speculative& counts = local_metrics_.speculative[int(proposer)];
+  ++counts.checks;
+  counts.proposed += part.proposed;
+  int64_t kept = 0;
+  for (int64_t i = 0; i <= part.proposed; ++i) {
+    std::span<float> logits(logits_.data() + (first_row + size_t(i)) * vocab_size_, vocab_size_);
+    const int32_t proposal = i < part.proposed ? proposed[size_t(i)] : -1;
+    int32_t chosen = -1;
+    try {
+      chosen = on_logits(s, logits, proposal);
+    } catch (const std::exception& e) {  // this request's problem only; the others go on
+      if (active_[s]) finish(s, FinishReason::error, "generation failed: " + what(e));
+    }
+    if (!active_[s] || proposal < 0 || chosen != proposal) break;  // a request that ended keeps no more
+    slot.tokens.push_back(proposal);
+    ++kept;
+    ++counts.accepted;
+  }
+  slot.kv_high = std::max<int64_t>(slot.kv_high, begin + 1 + part.proposed);
+  model_.accept(s, begin + 1 + kept);
+  drafter_->accepted(s, begin + 1 + kept);
+  if (active_[s]) active_[s]->speculation.record(int(part.proposed), int(kept));
+}
+
+// Samples the slot's next token (keeping `proposal` when it passes, speculative decoding) and
+// streams what it completes. Returns the token.
+int32_t Scheduler::on_logits(int slot, std::span<float> logits, int32_t proposal) {
   ActiveRequest& request = *active_[slot];
   Sampler& sampler = samplers_[slot];
   const auto now = Clock::now();
@@ -852,15 +972,20 @@ void Scheduler::on_logits(int slot, std::span<float> logits) {
 
   // The scripted test hook replaces sampling; past its end the request stops as at eos.
   const std::vector<int32_t>* script = request.script;
-  if (script && request.generated >= int64_t(script->size())) return end_at_stop_token(slot);
+  if (script && request.generated >= int64_t(script->size())) {
+    end_at_stop_token(slot);
+    return -1;
+  }
   // A constraint masks the logits in place; when nothing may follow, the output ends.
   TokenConstraint* constraint = script ? nullptr : request.constraint.get();
-  if (constraint && !constraint->mask(logits, request.max_new - request.generated))
-    return constraint->complete() ? end_at_stop_token(slot) : finish(slot, FinishReason::length);
+  if (constraint && !constraint->mask(logits, request.max_new - request.generated)) {
+    constraint->complete() ? end_at_stop_token(slot) : finish(slot, FinishReason::length);
+    return -1;
+  }
   // Rows past the tokenizer's last id pad the embedding (Qwen3: 151,936 rows, 151,669 ids): never sampled.
   std::fill(logits.begin() + std::min<int64_t>(tokenizer_.vocab_size(), int64_t(logits.size())),
             logits.end(), -INFINITY);
-  int32_t token = script ? (*script)[request.generated] : sampler.sample(logits);
+  int32_t token = script ? (*script)[request.generated] : sampler.sample(logits, proposal);
   if (constraint) constraint->accept(token);
   StreamEvent event;
   if (request.request.sampling.top_logprobs >= 0) {
@@ -873,7 +998,10 @@ void Scheduler::on_logits(int slot, std::span<float> logits) {
 
   // Stop tokens end the request without appearing in its text or ids.
   bool is_eos = !request.request.ignore_eos && contains(options_.eos_token_ids, token);
-  if (is_eos || contains(request.request.stop_token_ids, token)) return end_at_stop_token(slot);
+  if (is_eos || contains(request.request.stop_token_ids, token)) {
+    end_at_stop_token(slot);
+    return token;
+  }
 
   request.sequence.push_back(token);
   event.ids.push_back(token);
@@ -883,8 +1011,11 @@ void Scheduler::on_logits(int slot, std::span<float> logits) {
   if ((at_limit || complete) && !request.stop.stopped())
     event.text += request.stop.push(request.detokenizer.flush()) + request.stop.flush();
   request.stream->push(std::move(event));
-  if (request.stop.stopped() || complete) return finish(slot, FinishReason::stop);
-  if (at_limit) return finish(slot, FinishReason::length);
+  if (request.stop.stopped() || complete)
+    finish(slot, FinishReason::stop);
+  else if (at_limit)
+    finish(slot, FinishReason::length);
+  return token;
 }
 
 // Ends at a stop token: the text held back (an unfinished character, a stop-string prefix that

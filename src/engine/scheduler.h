@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/worker.h"
+#include "engine/drafter.h"
 #include "engine/engine.h"
 #include "engine/sampling.h"
 #include "engine/session_store.h"
@@ -32,6 +33,8 @@ struct QueuedRequest {
   int64_t max_new = 0;  // max_tokens resolved against the sequence length
   Clock::time_point submitted;
   std::unique_ptr<TokenConstraint> constraint;  // made at submit when the request has one
+  Proposer proposer = Proposer::none;  // speculative decoding
+  int speculative_depth = 0;
 };
 
 // A position where a hybrid model's pass is to take a snapshot of a slot's state.
@@ -51,6 +54,8 @@ struct ActiveRequest {
   std::unique_ptr<TokenConstraint> constraint;
   const std::vector<int32_t>* script = nullptr;  // EngineOptions::scripted_outputs: emitted instead of sampling
   std::vector<PlannedCapture> captures;  // hybrid models: snapshots its prefill takes, by position
+  Proposer proposer = Proposer::none;
+  SpeculationControl speculation;  // how many tokens it proposes
   Clock::time_point submitted, last_token;
 
   ActiveRequest(const Tokenizer& tokenizer, QueuedRequest&& queued, int64_t cached_tokens);
@@ -58,7 +63,8 @@ struct ActiveRequest {
 
 class Scheduler {
  public:
-  Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptions& options);
+  Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptions& options,
+            std::unique_ptr<Model> draft = nullptr);
   ~Scheduler();  // stops the thread; every request still queued or running ends with "abort"
 
   // Queues a validated request; throws QueueFull beyond max_queue waiting requests.
@@ -75,6 +81,7 @@ class Scheduler {
     int slot;
     int64_t count;  // tokens fed
     bool logits;    // its last token wants logits
+    int64_t proposed = 0;  // speculative: its next token, then this many proposed ones, each with logits
   };
 
   void loop();
@@ -101,13 +108,15 @@ class Scheduler {
   void stop_thread();
   void add_decode_tokens(std::vector<BatchToken>& batch, std::vector<PassPart>& parts);
   void build_pass();
+  void add_proposals(size_t n_decode);
+  void check_proposals(const PassPart& part, size_t first_row);
   void run_pass();
   bool run_in_parts();
   void decode_between_parts();
   void take_results(std::span<const PassPart> parts);
   void keep_captures(int slot);
   void fail_parts(std::span<const PassPart> parts, const std::string& error);
-  void on_logits(int slot, std::span<float> logits);
+  int32_t on_logits(int slot, std::span<float> logits, int32_t proposal = -1);
   void end_at_stop_token(int slot);
   void finish(int slot, FinishReason reason, const std::string& error = {});
   void abort_all();
@@ -134,6 +143,14 @@ class Scheduler {
   // prefill is short rather than seconds long.
   double prefill_seconds_per_token_ = 20e-3;
   double decode_step_seconds_ = 0;        // measured
+  bool pass_has_prefill_ = false;
+  // Speculative decoding: per slot its proposals for this pass; the draft proposers; scratch.
+  std::vector<std::vector<int32_t>> proposals_;  // [slot][num_speculative_tokens]
+  std::unique_ptr<Drafter> drafter_;
+  std::vector<DraftJob> draft_jobs_;
+  std::vector<int> depth_, granted_;
+  std::vector<double> rate_;
+  std::vector<BatchToken> spec_batch_;
   std::vector<float> logits_;  // [batch_size][vocab]
   std::unique_ptr<SessionStore> store_;  // null without the session cache
   std::vector<std::span<uint8_t>> kv_from_, kv_to_, state_from_, state_to_;

@@ -10,8 +10,14 @@
 // positions into chunks; each chunk leaves a partial (max, sum, unnormalised output) and the
 // member that finishes last merges them.
 //
-// A sequence whose queries x all heads fit one tile (decode) is one item per chunk over every KV
-// head (a context too short to split is split by KV heads instead), and
+// A row's attention is the same bits whatever pass, tile or item computed it: positions go in
+// segments of kSegmentPositions aligned at absolute positions, each from a fresh softmax state,
+// and the segments' states are folded into the row's in order by one function (fold_segment).
+// A split item is one segment, and the member that merges folds the items' states in the same
+// order; an item over several segments folds them as it goes.
+//
+// A sequence whose queries x all heads fit one tile (decode) is one item per segment over every KV
+// head (a context of one segment is split by KV heads instead), and
 // attention_block_all_heads reads its K and V rows front to back, every head of a row at once.
 // The cache is position-major, so that is one sequential run of memory, which the hardware
 // prefetchers follow; one head at a time reads 256 bytes of every 2 KiB row (Qwen3-0.6B, FP16),
@@ -28,8 +34,8 @@ namespace {
 
 constexpr int64_t kTileRows = 32;        // query rows (query x head) of a split item
 constexpr int64_t kBlockPositions = 64;  // K/V positions per attention_block call
-constexpr int64_t kMinChunk = 256;       // positions per chunk when splitting a sequence
-constexpr int64_t kMaxChunks = 64;
+constexpr int64_t kSegmentPositions = 1024;
+constexpr int64_t kMaxChunks = 128;      // segments of a sequence split along positions (128k)
 constexpr int64_t kHeaderFloats = 16;  // one cache line: the merge counter
 
 struct Plan {
@@ -39,11 +45,10 @@ struct Plan {
   int64_t acc_rows;       // max_rows rounded up to whole 16-row AMX tiles (their padding rows)
   int64_t small_queries;  // a sequence of at most this many queries may be split along positions
   int64_t small_rows;     // small_queries * group: rows of a split item or a whole-sequence one
-  int64_t work_floats;    // per-member scratch
+  int64_t block_floats;   // the tier's block scratch
+  int64_t work_floats;    // per-member scratch: the rows' state, the block scratch, a segment's state
   int64_t partial_floats; // one partial: m, l, acc for small_rows rows
-  int64_t chunk_cap;      // most chunks per split sequence (per KV head)
-  int64_t whole_chunk_cap;  // most chunks of a whole-sequence item
-  int64_t head_groups;      // parts (by KV heads) of a whole-sequence item too short to split
+  int64_t head_groups;    // parts (by KV heads) of a whole-sequence item too short to split
 };
 
 Plan make_plan(const AttentionShape& s, int n_members, const KernelTable& kernels) {
@@ -54,15 +59,31 @@ Plan make_plan(const AttentionShape& s, int n_members, const KernelTable& kernel
   p.acc_rows = (p.max_rows + 15) / 16 * 16;
   p.small_queries = std::max<int64_t>(1, kTileRows / p.group);
   p.small_rows = p.small_queries * p.group;
-  // m, l, acc, then the block scratch.
-  int64_t block_scratch = int64_t(kernels.attention_scratch_floats(p.max_rows, s.head_dim));
-  int64_t work = 2 * p.max_rows + p.acc_rows * s.head_dim + block_scratch;
+  // m, l, acc, then the block scratch, then a segment's m, l, acc.
+  p.block_floats = int64_t(kernels.attention_scratch_floats(p.max_rows, s.head_dim));
+  int64_t work = 2 * (2 * p.max_rows + p.acc_rows * s.head_dim) + p.block_floats;
   p.work_floats = (work + 15) / 16 * 16;
   p.partial_floats = (p.small_rows * (s.head_dim + 2) + 15) / 16 * 16;
-  p.chunk_cap = std::min<int64_t>(kMaxChunks, (4 * n_members + s.n_kv_heads - 1) / s.n_kv_heads);
-  p.whole_chunk_cap = std::min<int64_t>(kMaxChunks, 4 * n_members);
   p.head_groups = 1;  // attention() sets it
   return p;
+}
+
+int64_t segments(int64_t positions) { return (positions + kSegmentPositions - 1) / kSegmentPositions; }
+
+// Folds one segment's softmax state (max m_s, sum l_s, unnormalised output acc_s) into a row's
+// running state; a segment the row does not reach (m_s = -inf) leaves it. Folding into the empty
+// state (m = -inf, l = 0, acc = 0) copies the segment's state exactly.
+void fold_segment(float& m, float& l, float* acc, float m_s, float l_s, const float* acc_s, int64_t hd) {
+  if (m_s == -INFINITY) return;
+  const float top = std::max(m, m_s), a = std::exp(m - top), b = std::exp(m_s - top);
+  l = l * a + l_s * b;
+  for (int64_t d = 0; d < hd; ++d) acc[d] = acc[d] * a + acc_s[d] * b;
+  m = top;
+}
+
+void write_normalised(float* out, const float* acc, float l, int64_t hd) {
+  const float inv = 1.0f / l;
+  for (int64_t d = 0; d < hd; ++d) out[d] = acc[d] * inv;
 }
 
 struct Item {
@@ -77,13 +98,11 @@ bool whole_sequence(const AttentionSeq& seq, const AttentionShape& shape, const 
   return seq.n_q > 0 && seq.n_q * shape.n_heads <= plan.small_rows;
 }
 
-// Chunks sequence `seq` is split into (1 = not split).
-int64_t chunks_of(const AttentionSeq& seq, const AttentionShape& shape, const Plan& plan,
-                  bool splitting) {
+// Chunks sequence `seq` is split into along positions, one segment each (1 = not split).
+int64_t chunks_of(const AttentionSeq& seq, const Plan& plan, bool splitting) {
   if (!splitting || seq.n_q == 0 || seq.n_q > plan.small_queries) return 1;
-  int64_t context = seq.q_start + seq.n_q;
-  int64_t cap = whole_sequence(seq, shape, plan) ? plan.whole_chunk_cap : plan.chunk_cap;
-  return std::clamp<int64_t>(context / kMinChunk, 1, cap);
+  const int64_t n = segments(seq.q_start + seq.n_q);
+  return n <= kMaxChunks ? n : 1;
 }
 
 bool splitting_enabled(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& shape,
@@ -104,7 +123,7 @@ void for_each_item(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShap
   int64_t partial = 0;
   for (int64_t s = 0; s < n_seqs; ++s) {
     const AttentionSeq& seq = seqs[s];
-    int64_t chunks = chunks_of(seq, shape, plan, splitting);
+    int64_t chunks = chunks_of(seq, plan, splitting);
     if (whole_sequence(seq, shape, plan)) {
       int64_t end = seq.q_start + seq.n_q;
       if (splitting && chunks == 1 && plan.head_groups > 1) {  // short: split the heads instead
@@ -116,8 +135,8 @@ void for_each_item(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShap
         continue;
       }
       for (int64_t c = 0; c < chunks; ++c)
-        fn(Item{s, 0, 0, seq.n_q, end * c / chunks, end * (c + 1) / chunks, shape.n_kv_heads, true,
-                chunks > 1 ? partial++ : -1});
+        fn(Item{s, 0, 0, seq.n_q, c * kSegmentPositions, chunks > 1 ? std::min(end, (c + 1) * kSegmentPositions) : end,
+                shape.n_kv_heads, true, chunks > 1 ? partial++ : -1});
       continue;
     }
     for (int64_t h = 0; h < shape.n_kv_heads; ++h)
@@ -125,7 +144,7 @@ void for_each_item(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShap
         int64_t q1 = std::min(seq.n_q, q0 + plan.tile_queries);
         int64_t end = seq.q_start + q1;
         for (int64_t c = 0; c < chunks; ++c) {
-          int64_t p0 = end * c / chunks, p1 = end * (c + 1) / chunks;
+          int64_t p0 = c * kSegmentPositions, p1 = chunks > 1 ? std::min(end, p0 + kSegmentPositions) : end;
           fn(Item{s, h, q0, q1, p0, p1, 1, false, chunks > 1 ? partial++ : -1});
         }
       }
@@ -141,39 +160,65 @@ float* out_row(const Item& it, const AttentionSeq& seq, const AttentionShape& sh
   return seq.out + (it.q0 + row / group) * shape.ldo + (h * group + row % group) * shape.head_dim;
 }
 
-void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& shape,
-              const Plan& plan, const KernelTable& kernels, float* work, float* partials) {
-  int64_t hd = shape.head_dim, group = plan.group;
-  int64_t per_head = (it.q1 - it.q0) * group, rows = it.heads * per_head;
-  float* m = work;
-  float* l = m + plan.max_rows;
-  float* acc = l + plan.max_rows;
-  float* s = acc + plan.acc_rows * hd;
-  std::fill(m, m + rows, -INFINITY);
-  std::fill(l, l + rows, 0.0f);
-  std::fill(acc, acc + rows * hd, 0.0f);
-
+// The item's rows over positions [p0, p1) from the state (m, l, acc) they are in.
+void run_range(const Item& it, const AttentionSeq& seq, const AttentionShape& shape, const Plan& plan,
+               const KernelTable& kernels, int64_t p0, int64_t p1, float* m, float* l, float* acc, float* s) {
+  int64_t hd = shape.head_dim, group = plan.group, per_head = (it.q1 - it.q0) * group;
   int64_t first_end = seq.q_start + it.q0 + 1;
   if (it.whole && kernels.all_heads_supports(hd, per_head)) {
     kernels.attention_block_all_heads(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, it.heads,
                       group, per_head, first_end, seq.k + it.kv_head * hd, seq.v + it.kv_head * hd,
-                      shape.kv_row_stride, it.p0, it.p1, hd, shape.scale, m, l, acc, s);
+                      shape.kv_row_stride, p0, p1, hd, shape.scale, m, l, acc, s);
     // It wrote over what the tier's block kept in the scratch.
     if (kernels.forget_attention_scratch) kernels.forget_attention_scratch(s);
   }
   else if (it.heads == 1)  // one call for the whole range: the kernel prepares q once
     kernels.attention_block(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, group, per_head,
                   first_end, seq.k + it.kv_head * hd, seq.v + it.kv_head * hd,
-                  shape.kv_row_stride, it.p0, it.p1, hd, shape.scale, m, l, acc, s);
+                  shape.kv_row_stride, p0, p1, hd, shape.scale, m, l, acc, s);
   else
-    for (int64_t p = it.p0; p < it.p1; p += kBlockPositions)
+    for (int64_t p = p0; p < p1; p += kBlockPositions)
       for (int64_t i = 0; i < it.heads; ++i) {
         int64_t h = it.kv_head + i;
         const float* q = seq.q + it.q0 * shape.ldq + h * group * hd;
         kernels.attention_block(q, shape.ldq, group, per_head, first_end, seq.k + h * hd, seq.v + h * hd,
-                      shape.kv_row_stride, p, std::min(p + kBlockPositions, it.p1), hd, shape.scale,
+                      shape.kv_row_stride, p, std::min(p + kBlockPositions, p1), hd, shape.scale,
                       m + i * per_head, l + i * per_head, acc + i * per_head * hd, s);
       }
+}
+
+void reset_state(float* m, float* l, float* acc, int64_t rows, int64_t hd) {
+  std::fill(m, m + rows, -INFINITY);
+  std::fill(l, l + rows, 0.0f);
+  std::fill(acc, acc + rows * hd, 0.0f);
+}
+
+void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& shape,
+              const Plan& plan, const KernelTable& kernels, float* work, float* partials) {
+  int64_t hd = shape.head_dim, group = plan.group;
+  int64_t rows = it.heads * (it.q1 - it.q0) * group;
+  float* m = work;
+  float* l = m + plan.max_rows;
+  float* acc = l + plan.max_rows;
+  float* s = acc + plan.acc_rows * hd;
+  float* segment_m = s + plan.block_floats;
+  float* segment_l = segment_m + plan.max_rows;
+  float* segment_acc = segment_l + plan.max_rows;
+  reset_state(m, l, acc, rows, hd);
+  // The first segment straight into the rows' state (what folding it into the empty state gives),
+  // each later one from a fresh state, folded in.
+  for (int64_t p0 = it.p0; p0 < it.p1;) {
+    const int64_t p1 = std::min(it.p1, (p0 / kSegmentPositions + 1) * kSegmentPositions);
+    if (p0 == it.p0) {
+      run_range(it, seq, shape, plan, kernels, p0, p1, m, l, acc, s);
+    } else {
+      reset_state(segment_m, segment_l, segment_acc, rows, hd);
+      run_range(it, seq, shape, plan, kernels, p0, p1, segment_m, segment_l, segment_acc, s);
+      for (int64_t r = 0; r < rows; ++r)
+        fold_segment(m[r], l[r], acc + r * hd, segment_m[r], segment_l[r], segment_acc + r * hd, hd);
+    }
+    p0 = p1;
+  }
 
   if (it.partial >= 0) {
     float* dst = partials + it.partial * plan.partial_floats;
@@ -182,11 +227,7 @@ void run_item(const Item& it, const AttentionSeq& seq, const AttentionShape& sha
     std::memcpy(dst + 2 * plan.small_rows, acc, rows * hd * sizeof(float));
     return;
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    float* o = out_row(it, seq, shape, group, r);
-    float inv = 1.0f / l[r];
-    for (int64_t d = 0; d < hd; ++d) o[d] = acc[r * hd + d] * inv;
-  }
+  for (int64_t r = 0; r < rows; ++r) write_normalised(out_row(it, seq, shape, group, r), acc + r * hd, l[r], hd);
 }
 
 // Combines the chunks of every split sequence into `out`.
@@ -195,7 +236,7 @@ void merge_partials(const AttentionSeq* seqs, int64_t n_seqs, const AttentionSha
   int64_t hd = shape.head_dim, group = plan.group, first = 0;
   for (int64_t s = 0; s < n_seqs; ++s) {
     const AttentionSeq& seq = seqs[s];
-    int64_t chunks = chunks_of(seq, shape, plan, true);
+    int64_t chunks = chunks_of(seq, plan, true);
     if (chunks == 1) continue;
     // Chunks of one item shape: all heads at once, or one KV head at a time.
     bool whole = whole_sequence(seq, shape, plan);
@@ -204,21 +245,16 @@ void merge_partials(const AttentionSeq* seqs, int64_t n_seqs, const AttentionSha
     for (int64_t h = 0; h < shape.n_kv_heads; h += heads, first += chunks) {
       Item it{s, h, 0, seq.n_q, 0, 0, heads, whole, -1};
       for (int64_t r = 0; r < rows; ++r) {
-        float max = -INFINITY;
-        for (int64_t c = 0; c < chunks; ++c)
-          max = std::max(max, partials[(first + c) * plan.partial_floats + r]);
+        // The first chunk's row into `out`, then the others folded in, as run_item folds segments.
         float* o = out_row(it, seq, shape, group, r);
-        std::fill(o, o + hd, 0.0f);
-        float sum = 0;
-        for (int64_t c = 0; c < chunks; ++c) {
+        const float* first_part = partials + first * plan.partial_floats;
+        float m = first_part[r], l = first_part[plan.small_rows + r];
+        std::memcpy(o, first_part + 2 * plan.small_rows + r * hd, hd * sizeof(float));
+        for (int64_t c = 1; c < chunks; ++c) {
           const float* part = partials + (first + c) * plan.partial_floats;
-          if (part[r] == -INFINITY) continue;  // this chunk lies after the query
-          float weight = std::exp(part[r] - max);
-          sum += part[plan.small_rows + r] * weight;
-          const float* acc = part + 2 * plan.small_rows + r * hd;
-          for (int64_t d = 0; d < hd; ++d) o[d] += acc[d] * weight;
+          fold_segment(m, l, o, part[r], part[plan.small_rows + r], part + 2 * plan.small_rows + r * hd, hd);
         }
-        for (int64_t d = 0; d < hd; ++d) o[d] /= sum;
+        write_normalised(o, o, l, hd);
       }
     }
   }
@@ -230,9 +266,11 @@ size_t attention_scratch_floats(const AttentionShape& shape, int64_t max_tokens,
                                 int n_members) {
   // Sized for the CPU's best tier, whose plan is the largest, so any lower tier fits too.
   Plan plan = make_plan(shape, n_members, kernel_table(best_isa()));
-  // Split sequences have one tile each, so at most max_seqs * n_kv_heads * chunk_cap partials
-  // (or whole_chunk_cap for a whole-sequence item).
-  int64_t partials = max_seqs * std::max(shape.n_kv_heads * plan.chunk_cap, plan.whole_chunk_cap);
+  // Only passes of fewer than 4 items per member split (splitting_enabled), so at most that many
+  // sequences, each with one tile per KV head (or one whole-sequence item) of up to kMaxChunks
+  // segments. Pages of partials no pass reaches are never committed.
+  int64_t split_seqs = std::min<int64_t>(max_seqs, 4 * n_members);
+  int64_t partials = split_seqs * shape.n_kv_heads * kMaxChunks;
   return size_t(kHeaderFloats + n_members * plan.work_floats + partials * plan.partial_floats);
 }
 

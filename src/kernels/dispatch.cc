@@ -149,9 +149,9 @@ PackedWeights pack_fp8_weights(const uint8_t* codes, const float* block_scales, 
 PackedWeights make_int4_weights(int64_t n, int64_t k, int64_t group, Isa isa) {
   if (n <= 0 || k <= 0)
     fail("pack_weights", "empty weight matrix " + std::to_string(n) + "x" + std::to_string(k));
-  if (group <= 0 || k % group)
+  if (group <= 0 || k % group || group % 4)
     fail("pack_weights", "INT4 group of " + std::to_string(group) + " inputs does not divide " +
-                             std::to_string(k));
+                             std::to_string(k) + " or is not a multiple of 4");
   PackedWeights w;
   w.n = n;
   w.k = k;

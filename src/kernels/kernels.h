@@ -190,13 +190,25 @@ inline size_t gated_delta_chunk_scratch_floats(int64_t dk, int64_t dv) {
 constexpr int64_t kFp8Cols = 32, kFp8BlockK = 128;
 
 // INT4 (int4 == true): 4-bit codes q with a factor and a zero point per output column and group
-// of `group` inputs (group divides k), in one layout for every tier, columns in blocks of 32:
-//   codes[(b * k + kk) * 16 + c % 16] = q of W[b * 32 + c][kk], column c < 16 in the low nibble,
-//                                       c + 16 in the high one                  (missing columns 0)
+// of `group` inputs (group divides k and is a multiple of 4), in one layout for every tier,
+// columns in blocks of 32 and inputs in quads (4 consecutive inputs), a quad of a block in 64
+// bytes, each column's 4 codes in 4 consecutive bytes:
+//   codes[(b * k + 4 * (kk / 4)) * 16 + 4 * (c % 16) + kk % 4] = q of W[b * 32 + c][kk], column
+//                                       c < 16 in the low nibble, c + 16 in the high one (missing columns 0)
 //   scales[(b * groups + g) * 32 + c], zeros[...] likewise: column b * 32 + c, inputs of group g
-// W[j][kk] = scale * (q - zero), q in [0, 15], zero in [0, 16] (16: a GPTQ v1 file's stored 15). With `k_order` (GPTQ act-order), packed
+// So a 32-bit lane of a quad holds one column's 4 inputs, as vpdpbusd multiplies them, and a
+// shift and a mask give one input of 16 columns. W[j][kk] = scale * (q - zero), q in [0, 15],
+// zero in [0, 16] (16: a GPTQ v1 file's stored 15). With `k_order` (GPTQ act-order), packed
 // input kk is input k_order[kk] of x: the loader sorted the inputs by group.
 constexpr int64_t kInt4Cols = 32;
+// Inputs per int8 factor when x is quantised for an INT4 product (w.int8_inputs): 32, or the
+// largest divisor of the group below it that keeps whole quads.
+constexpr int64_t kInt8Block = 32;
+inline int64_t int8_block(int64_t group) {
+  int64_t block = kInt8Block;
+  while (group % block) block -= 4;
+  return block;
+}
 
 struct PackedWeights {
   int64_t n = 0, k = 0;
@@ -211,6 +223,7 @@ struct PackedWeights {
   int64_t group = 0, groups = 0;  // INT4: inputs per factor, k / group
   Buffer<uint8_t> zeros;
   Buffer<int32_t> k_order;  // INT4: empty when the inputs are in order
+  bool int8_inputs = false;  // INT4: products quantise x to int8 (see matmul); set at load
 };
 
 PackedWeights pack_weights(const bf16* w, int64_t n, int64_t k, Isa isa);
@@ -234,14 +247,17 @@ PackedWeights make_int4_weights(int64_t n, int64_t k, int64_t group, Isa isa);
 // The same from codes [n][k] (one per byte), factors and zeros [n][k / group].
 PackedWeights pack_int4_weights(const uint8_t* codes, const float* scales, const uint8_t* zeros,
                                 int64_t n, int64_t k, int64_t group, Isa isa);
+inline size_t int4_code_byte(const PackedWeights& w, int64_t j, int64_t kk) {
+  return size_t(((j / kInt4Cols) * w.k + kk / 4 * 4) * 16 + j % 16 * 4 + kk % 4);
+}
+inline int int4_code_shift(int64_t j) { return j % kInt4Cols < 16 ? 0 : 4; }
 inline void set_int4_code(PackedWeights& w, int64_t j, int64_t kk, uint8_t q) {
-  uint8_t& byte = w.codes[size_t(((j / kInt4Cols) * w.k + kk) * 16 + j % 16)];
-  const int shift = j % kInt4Cols < 16 ? 0 : 4;
+  uint8_t& byte = w.codes[int4_code_byte(w, j, kk)];
+  const int shift = int4_code_shift(j);
   byte = uint8_t((byte & ~(15 << shift)) | ((q & 15) << shift));
 }
 inline uint8_t int4_code(const PackedWeights& w, int64_t j, int64_t kk) {
-  const uint8_t byte = w.codes[size_t(((j / kInt4Cols) * w.k + kk) * 16 + j % 16)];
-  return j % kInt4Cols < 16 ? byte & 15 : byte >> 4;
+  return (w.codes[int4_code_byte(w, j, kk)] >> int4_code_shift(j)) & 15;
 }
 inline size_t int4_group_index(const PackedWeights& w, int64_t j, int64_t g) {  // scales, zeros
   return size_t(((j / kInt4Cols) * w.groups + g) * kInt4Cols + j % kInt4Cols);
@@ -261,12 +277,20 @@ inline size_t int4_group_index(const PackedWeights& w, int64_t j, int64_t g) {  
 // (AVX2: FP32 FMA chains; AVX-512: vdpbf16ps; AMX: the AVX-512 FP8 product). The scalar twin
 // computes every row the decode way.
 //
-// INT4 weights: per row, column and group, one FMA chain in k order from zero over x (BF16,
-// gathered by k_order) times q - zero (exact small integers), then y = partial * factor + y:
-// every product is exact, so every tier gives the same bits, in any pass. Decode-sized products
-// widen the codes in registers; larger ones (AVX2) convert a panel of columns at a time to the
-// BF16 layout of the tier's BF16 product (the values q - zero, exactly) and run its tiles over
-// each group. The AVX-512 and AMX tiers run the AVX2 kernels.
+// INT4 weights, x as BF16 (w.int8_inputs false): per row, column and group, one FMA chain in k
+// order from zero over x (BF16, gathered by k_order) times q - zero (exact small integers), then
+// y = partial * factor + y: every product is exact, so every tier gives the same bits, in any
+// pass. Every tier widens the codes in registers, for a few rows (decode) and for tiles of rows
+// alike, so a row's arithmetic never depends on the rows beside it.
+//
+// INT4 weights, x quantised to int8 (w.int8_inputs true; --activations int8): each row of x (in
+// the weights' input order) is cut into blocks of int8_block(group) inputs (32, or fewer when a
+// group is not a multiple of 32), each with its own factor: d = amax / 127, xq = round(x * (127
+// / amax)) (round to nearest even; all zero: d = 0, xq = 0), and s = the sum of its xq. Then per
+// row, column and group: partial = 0; for each block, partial = fma(float(sum of xq * q - zero *
+// s), d, partial) (the sum exact in int32: vpdpbusd, or its AVX2 emulation); y = partial * factor
+// + y. Every step is exact or rounds the same way on every tier: the same bits everywhere, in any
+// pass. It is another numeric path than the BF16 one (the goldens' tolerance does not cover it).
 void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y, int64_t ldy,
             bool accumulate, int member, int n_members, std::atomic<int64_t>* pool = nullptr);
 

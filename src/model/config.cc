@@ -306,6 +306,25 @@ namespace {
 
 // The vision-language wrapper Qwen ships the Qwen3.5 generation in, with the text model's
 // config nested (the vision_config is not written: ellm has no vision tower).
+// The quantization_config of an FP8 (Qwen's), GPTQ or AWQ checkpoint; null for BF16.
+nlohmann::ordered_json quantization_config_json(const ModelConfig& c) {
+  if (c.quant_method == "fp8")
+    return {{"quant_method", "fp8"},
+            {"fmt", "e4m3"},
+            {"activation_scheme", "dynamic"},
+            {"weight_block_size", {128, 128}}};
+  if (c.quant_method == "gptq")
+    return {{"quant_method", "gptq"}, {"checkpoint_format", c.int4.format},
+            {"bits", 4},           {"group_size", c.int4.group_size},
+            {"desc_act", false},   {"sym", true},
+            {"lm_head", false}};
+  if (c.quant_method == "awq")
+    return {{"quant_method", "awq"}, {"version", "gemm"},
+            {"zero_point", true},  {"group_size", c.int4.group_size},
+            {"bits", 4},           {"modules_to_not_convert", nullptr}};
+  return nullptr;
+}
+
 std::string qwen35_config_json(const ModelConfig& c, int32_t bos_token_id, int32_t eos_token_id) {
   const bool moe = c.is_moe();
   nlohmann::ordered_json t;
@@ -348,11 +367,7 @@ std::string qwen35_config_json(const ModelConfig& c, int32_t bos_token_id, int32
   nlohmann::ordered_json j;
   j["architectures"] = {moe ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration"};
   j["model_type"] = moe ? "qwen3_5_moe" : "qwen3_5";
-  if (c.quant_method == "fp8")
-    j["quantization_config"] = {{"activation_scheme", "dynamic"},
-                                {"fmt", "e4m3"},
-                                {"quant_method", "fp8"},
-                                {"weight_block_size", {128, 128}}};
+  if (!c.quant_method.empty()) j["quantization_config"] = quantization_config_json(c);
   j["text_config"] = t;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["transformers_version"] = "4.57.1";
@@ -403,20 +418,7 @@ std::string model_config_json(const ModelConfig& c, int32_t bos_token_id, int32_
   j["use_cache"] = true;
   j["use_sliding_window"] = false;
   j["vocab_size"] = c.vocab_size;
-  if (c.quant_method == "fp8")
-    j["quantization_config"] = {{"quant_method", "fp8"},
-                                {"fmt", "e4m3"},
-                                {"activation_scheme", "dynamic"},
-                                {"weight_block_size", {128, 128}}};
-  if (c.quant_method == "gptq")
-    j["quantization_config"] = {{"quant_method", "gptq"}, {"checkpoint_format", c.int4.format},
-                                {"bits", 4},           {"group_size", c.int4.group_size},
-                                {"desc_act", false},   {"sym", true},
-                                {"lm_head", false}};
-  if (c.quant_method == "awq")
-    j["quantization_config"] = {{"quant_method", "awq"}, {"version", "gemm"},
-                                {"zero_point", true},  {"group_size", c.int4.group_size},
-                                {"bits", 4},           {"modules_to_not_convert", nullptr}};
+  if (!c.quant_method.empty()) j["quantization_config"] = quantization_config_json(c);
   return j.dump(2) + "\n";
 }
 

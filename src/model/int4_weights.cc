@@ -122,8 +122,12 @@ std::vector<int32_t> grouped_order(const Int4Module& m, const std::string& modul
   return order;
 }
 
+// Where packed input p's code bytes start in a block (kernels.h: quads of 64 bytes, one column's
+// 4 inputs side by side); column c % 16's byte is 4 (c % 16) bytes further.
+inline int64_t input_offset(int64_t p) { return p / 4 * 64 + p % 4; }
+
 // unpack_codes when the module's rows are whole blocks of w: each block's 16 code bytes of an
-// input made from the words that hold them and stored once.
+// input made from the words that hold them.
 void unpack_whole_blocks(const Int4Module& m, const std::vector<int32_t>& position, int64_t row0,
                          PackedWeights& w) {
   auto nibble = [](uint32_t word, int n) { return uint8_t((word >> (4 * n)) & 15); };
@@ -134,9 +138,9 @@ void unpack_whole_blocks(const Int4Module& m, const std::vector<int32_t>& positi
       for (int64_t b = 0; b < blocks; ++b) {
         uint32_t words[4];
         std::memcpy(words, m.qweight->data + 4 * (i * (m.rows / 8) + 4 * b), 16);
-        uint8_t* out = codes + (b * w.k + position[i]) * 16;
+        uint8_t* out = codes + b * w.k * 16 + input_offset(position[i]);
         for (int c = 0; c < 16; ++c)
-          out[c] = uint8_t(nibble(words[c / 8], kAwqNibble[c % 8]) |
+          out[4 * c] = uint8_t(nibble(words[c / 8], kAwqNibble[c % 8]) |
                            nibble(words[2 + c / 8], kAwqNibble[c % 8]) << 4);
       }
     return;
@@ -146,8 +150,8 @@ void unpack_whole_blocks(const Int4Module& m, const std::vector<int32_t>& positi
       uint32_t words[32];
       std::memcpy(words, m.qweight->data + 4 * (r * m.rows + b * kInt4Cols), sizeof words);
       for (int n = 0; n < 8; ++n) {
-        uint8_t* out = codes + (b * w.k + position[8 * r + n]) * 16;
-        for (int c = 0; c < 16; ++c) out[c] = uint8_t(nibble(words[c], n) | nibble(words[c + 16], n) << 4);
+        uint8_t* out = codes + b * w.k * 16 + input_offset(position[8 * r + n]);
+        for (int c = 0; c < 16; ++c) out[4 * c] = uint8_t(nibble(words[c], n) | nibble(words[c + 16], n) << 4);
       }
     }
 }
@@ -164,7 +168,7 @@ void unpack_codes(const Int4Module& m, const std::vector<int32_t>& order, int64_
   auto column = [&](int64_t o, int& shift) {  // the code bytes of row o at packed input 0
     const int64_t j = row0 + o;
     shift = j % kInt4Cols < 16 ? 0 : 4;
-    return w.codes.get() + (j / kInt4Cols) * w.k * 16 + j % 16;
+    return w.codes.get() + (j / kInt4Cols) * w.k * 16 + j % 16 * 4;
   };
   if (row0 % kInt4Cols == 0 && m.rows % kInt4Cols == 0) return unpack_whole_blocks(m, position, row0, w);
   if (m.awq) {
@@ -172,8 +176,8 @@ void unpack_codes(const Int4Module& m, const std::vector<int32_t>& order, int64_
       for (int64_t c = 0; c < m.rows / 8; ++c) {
         const uint32_t word = uint32_t(Int4Module::word(m.qweight, i * (m.rows / 8) + c));
         int shift;
-        uint8_t* bytes = column(8 * c, shift) + position[i] * 16;
-        for (int j = 0; j < 8; ++j) bytes[j] |= uint8_t(((word >> (4 * kAwqNibble[j])) & 15) << shift);
+        uint8_t* bytes = column(8 * c, shift) + input_offset(position[i]);
+        for (int j = 0; j < 8; ++j) bytes[4 * j] |= uint8_t(((word >> (4 * kAwqNibble[j])) & 15) << shift);
       }
     return;
   }
@@ -182,7 +186,7 @@ void unpack_codes(const Int4Module& m, const std::vector<int32_t>& order, int64_
       const uint32_t word = uint32_t(Int4Module::word(m.qweight, r * m.rows + o));
       int shift;
       uint8_t* bytes = column(o, shift);
-      for (int n = 0; n < 8; ++n) bytes[position[8 * r + n] * 16] |= uint8_t(((word >> (4 * n)) & 15) << shift);
+      for (int n = 0; n < 8; ++n) bytes[input_offset(position[8 * r + n])] |= uint8_t(((word >> (4 * n)) & 15) << shift);
     }
 }
 
@@ -241,8 +245,8 @@ void dequantise_int4_module(const SafetensorsStore& store, const Int4Quantizatio
 }
 
 int64_t int4_quantise_group(int64_t k) {
-  int64_t group = std::min<int64_t>(128, k);
-  while (k % group) --group;
+  int64_t group = std::min<int64_t>(128, k) / 4 * 4;
+  while (k % group) group -= 4;
   return group;
 }
 
@@ -259,7 +263,7 @@ void quantise_int4_rows(const float* values, int64_t rows, int64_t row0, PackedW
   for (int64_t o = 0; o < rows; ++o) {
     const int64_t j = row0 + o;
     const float* row = values + o * k;
-    uint8_t* column = w.codes.get() + (j / kInt4Cols) * k * 16 + j % 16;  // set_int4_code's layout
+    uint8_t* column = w.codes.get() + int4_code_byte(w, j, 0);
     const int shift = j % kInt4Cols < 16 ? 0 : 4;
     for (int64_t g = 0; g < w.groups; ++g) {
       const float* v = row + g * G;
@@ -271,7 +275,7 @@ void quantise_int4_rows(const float* values, int64_t rows, int64_t row0, PackedW
       w.zeros[int4_group_index(w, j, g)] = zero;
       for (int64_t i = 0; i < G; ++i) {
         const float q = std::nearbyint(v[i] / scale) + float(zero);
-        column[(g * G + i) * 16] |= uint8_t(uint8_t(std::clamp(q, 0.0f, 15.0f)) << shift);
+        column[input_offset(g * G + i)] |= uint8_t(uint8_t(std::clamp(q, 0.0f, 15.0f)) << shift);
       }
     }
   }

@@ -31,7 +31,8 @@ void read_int4_module(const SafetensorsStore& store, const Int4Quantization& q,
 void dequantise_int4_module(const SafetensorsStore& store, const Int4Quantization& q,
                            const std::string& module, int64_t rows, int64_t k, bf16* out);
 
-// --quantize int4: the group of a k-input matrix, 128 inputs or the largest divisor of k below.
+// --quantize int4: the group of a k-input matrix (k a multiple of 4; other matrices stay BF16),
+// 128 inputs or the largest divisor of k below that is a multiple of 4.
 int64_t int4_quantise_group(int64_t k);
 // Rows [row0, row0 + rows) of w (fresh: their codes still zero) from the values [rows][k], per row and group on GPTQ's
 // asymmetric grid: scale = (max - min) / 15 over the group's values and 0, zero = round(-min /

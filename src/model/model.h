@@ -27,6 +27,11 @@ class ProfileSink {
                     int64_t solo_switches) = 0;
 };
 
+// The inputs of INT4 matrix products (--activations): BF16 (the goldens' numeric path), or
+// quantised to int8 per 32 inputs for vpdpbusd (kernels.h); automatic: int8 where the tier has
+// VNNI (AVX-512, AMX, AVX2 with AVX-VNNI), else BF16.
+enum class ActivationDtype { automatic, bf16, int8 };
+
 struct ServingLimits {
   int64_t sequence_length = 4096;  // positions per slot
   int64_t batch_size = 1;          // slots
@@ -35,6 +40,13 @@ struct ServingLimits {
   size_t kv_memory_bytes = 0;      // committed-KV budget; 0 = what RAM allows after the weights
   bool quantize_fp8 = false;       // --quantize fp8: BF16 linear weights to FP8 at load
   bool quantize_int4 = false;      // --quantize int4: BF16 or FP8 linear weights to INT4 at load
+  bool int4_lm_head = true;        // with quantize_int4: lm_head too
+  ActivationDtype activations = ActivationDtype::automatic;  // resolved to bf16 or int8 at load
+  // Speculative decoding: the most tokens a slot may propose for one check (a group of up to
+  // this + 1 speculative tokens per slot; 0 = none), and whether to load the model's own
+  // multi-token-prediction head (Qwen3.5+ `mtp.*`) to draft them.
+  int64_t speculative_tokens = 0;
+  bool mtp = false;
 };
 
 // One token of a pass. Tokens of the same slot appear in order with consecutive positions;
@@ -49,13 +61,19 @@ struct BatchToken {
   // state_ranges() one after another. Null: no copy. The pass computes the slot's tokens up to
   // here and after here as two runs, so the copy is exactly the state a pass ending here leaves.
   uint8_t* capture_state = nullptr;
+  // Part of a group of tokens being checked (speculative decoding) that may be cut short:
+  // the slot's speculative tokens, over one or more passes, stay open until accept().
+  bool speculative = false;
 };
 
 class Model {
  public:
   virtual ~Model() = default;
-  // Throws Error with a one-line message naming the file and the problem.
-  static std::unique_ptr<Model> load(const std::string& model_dir, const ServingLimits& limits);
+  // Throws Error with a one-line message naming the file and the problem. A model given
+  // `share_threads` runs its passes on that model's thread team (a draft model beside its
+  // target: two teams would fight over the same cores).
+  static std::unique_ptr<Model> load(const std::string& model_dir, const ServingLimits& limits,
+                                     Model* share_threads = nullptr);
 
   virtual const ModelConfig& config() const = 0;
   virtual const ServingLimits& limits() const = 0;  // with defaults resolved
@@ -102,6 +120,24 @@ class Model {
   virtual int64_t state_end(int slot) const { return -1; }
   virtual size_t weight_bytes() const = 0;
 
+  // Speculative decoding. A slot's speculative tokens (BatchToken::speculative, at most
+  // limits().speculative_tokens + 1 of them from the first until accept) are checked and then
+  // kept only up to `end`: accept(slot, end) leaves the slot as if only its tokens below `end`
+  // had been fed. KV rows beyond are overwritten by later passes; a hybrid model restores its
+  // recurrent state to the state after token end - 1. A slot with speculative tokens pending
+  // takes no other token until accept. Throws on an `end` outside the group.
+  virtual void accept(int slot, int64_t end) {}
+
+  // The multi-token-prediction head (limits().mtp, Qwen3.5+): every pass also runs it over the
+  // pairs (hidden state at p - 1, token p) of its tokens, to keep its own KV. mtp_forward then
+  // drafts: for each token (a slot's next token, at the position after the slot's last fed one,
+  // or a draft at the position after the slot's previous mtp_forward token), one row of logits
+  // predicting the token after it. Throws when a slot has no hidden state to continue from.
+  virtual bool has_mtp() const { return false; }
+  virtual void mtp_forward(std::span<const BatchToken> tokens, float* logits) {
+    fail_no_mtp();
+  }
+
   // A slot's KV for positions [begin, end) as the byte ranges holding it: for each layer its K
   // rows, then its V rows. Sessions are copied in and out of slots through these; every slot
   // gives ranges of the same sizes in the same order. for_write commits the pages first and
@@ -116,6 +152,9 @@ class Model {
 
   // Reports every later pass to `sink` (nullptr: to none); the sink must outlive its use.
   virtual void set_profile_sink(ProfileSink* sink) {}
+
+ protected:
+  [[noreturn]] static void fail_no_mtp();
 };
 
 // The --kv-memory budget left for KV rows once every slot's recurrent state is counted (0: no

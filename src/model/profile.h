@@ -28,6 +28,7 @@ enum class Op {
   gdn_delta,  // the delta rule
   gdn_norm,   // the gated output norm
   gate_mul,   // gated attention: o * sigmoid(gate)
+  mtp_fc,     // the MTP head's input product
   count
 };
 
@@ -49,10 +50,10 @@ class OpProfiler {
                                   "attention", "o_proj", "gate_up",    "silu_mul",    "down",
                                   "moe_router", "moe_experts", "moe_combine", "lm_head",
                                   "gdn_conv",  "gdn_gates",   "gdn_delta",   "gdn_norm",
-                                  "gate_mul"};
+                                  "gate_mul",  "mtp_fc"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(Op::count));
     bool gemm = op == Op::qkv || op == Op::o_proj || op == Op::gate_up || op == Op::down ||
-                op == Op::moe_experts || op == Op::lm_head;
+                op == Op::moe_experts || op == Op::lm_head || op == Op::mtp_fc;
     sink_->op(names[size_t(op)], gemm, seconds, flops, bytes);
   }
 

@@ -19,33 +19,64 @@ ServingLimits resolve(ServingLimits limits) {
   if (limits.chunk_size == 0 || limits.chunk_size > limits.sequence_length)
     limits.chunk_size = limits.sequence_length;
   if (limits.threads == 0) limits.threads = physical_core_count();
+  if (limits.speculative_tokens < 0) fail("--num-speculative-tokens", "must not be negative");
+  if (limits.activations == ActivationDtype::automatic) {
+    const Isa isa = active_isa();
+    const bool vnni = isa >= Isa::avx512 || (isa == Isa::avx2 && avx_vnni_enabled());
+    limits.activations = vnni ? ActivationDtype::int8 : ActivationDtype::bf16;
+  }
   return limits;
 }
 
 }  // namespace
 
-std::unique_ptr<Model> Model::load(const std::string& model_dir, const ServingLimits& limits) {
+std::unique_ptr<Model> Model::load(const std::string& model_dir, const ServingLimits& limits,
+                                   Model* share_threads) {
   ModelConfig config = load_model_config(model_dir);
-  return std::make_unique<Qwen3Model>(model_dir, config, limits);
+  std::shared_ptr<ThreadTeam> team;
+  if (auto* other = dynamic_cast<Qwen3Model*>(share_threads)) team = other->team();
+  return std::make_unique<Qwen3Model>(model_dir, config, limits, std::move(team));
+}
+
+void Model::fail_no_mtp() {
+  fail("mtp_forward", "this model has no multi-token-prediction head loaded");
 }
 
 Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
-                       const ServingLimits& limits)
+                       const ServingLimits& limits, std::shared_ptr<ThreadTeam> team)
     : config_(config),
       limits_(resolve(limits)),
       max_tokens_(limits_.chunk_size + limits_.batch_size),
-      team_(limits_.threads) {
+      team_owner_(team ? std::move(team) : std::make_shared<ThreadTeam>(limits_.threads)),
+      team_(*team_owner_) {
   auto start = std::chrono::steady_clock::now();
+  // A group of speculative tokens must run the Gated DeltaNet recurrence token by token, as a
+  // decode step does (qwen35.cc: runs of up to kRecurrentRun = 16 tokens), so that its rows
+  // equal decode's and the rollback replays the same steps.
+  if (config_.is_hybrid() && limits_.speculative_tokens > 15)
+    fail("--num-speculative-tokens", "a hybrid model checks at most 15 proposed tokens at once");
+  if (limits_.mtp && !config_.is_hybrid())
+    fail("--speculative mtp", "only the hybrid Qwen3.5+ models have a multi-token-prediction head; " +
+                                  config_.model_type + " has none");
   weights_ = load_weights(model_dir, config_, active_isa(), limits_.quantize_fp8,
-                          limits_.quantize_int4);
+                          limits_.quantize_int4, limits_.mtp, limits_.int4_lm_head);
+  // INT4 products on int8 inputs give other logits, so other KV.
+  const bool int8_inputs = limits_.activations == ActivationDtype::int8 && weights_.int4_bytes > 0;
+  set_int8_inputs(weights_, int8_inputs);
   fingerprint_ = model_fingerprint(model_dir) ^ (limits_.quantize_fp8 ? 0xf8f8f8f8f8f8f8f8ull : 0) ^
-                 (limits_.quantize_int4 ? 0x4444444444444444ull : 0);
+                 (limits_.quantize_int4 ? 0x4444444444444444ull : 0) ^
+                 (limits_.quantize_int4 && limits_.int4_lm_head ? 0x4040404040404040ull : 0) ^
+                 (int8_inputs ? 0x0808080808080808ull : 0);
   // KV for the full-attention layers; a hybrid model's Gated DeltaNet layers keep a state.
   int64_t n_full = 0, n_linear = 0;
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const bool linear = config_.is_linear_layer(l);
     kv_layer_.push_back(linear ? -1 : n_full++);
     gdn_layer_.push_back(linear ? n_linear++ : -1);
+  }
+  if (limits_.mtp) {  // the MTP head's decoder layer: layer num_hidden_layers, with its own KV
+    kv_layer_.push_back(n_full++);
+    gdn_layer_.push_back(-1);
   }
   kv_ = KvCache(n_full, limits_.batch_size, config_.num_key_value_heads, limits_.sequence_length,
                 config_.head_dim);
@@ -54,6 +85,11 @@ Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
                       config_.conv_dim(), config_.linear_num_value_heads,
                       config_.linear_key_head_dim, config_.linear_value_head_dim);
     state_end_.assign(size_t(limits_.batch_size), 0);
+    if (limits_.speculative_tokens > 0)
+      rollback_ = GdnRollback({n_linear, config_.linear_conv_kernel_dim, config_.conv_dim(),
+                               config_.linear_num_key_heads, config_.linear_num_value_heads,
+                               config_.linear_key_head_dim, config_.linear_value_head_dim},
+                              limits_.batch_size, limits_.speculative_tokens + 1);
     const size_t all_slots = state_.bytes_per_slot() * size_t(limits_.batch_size);
     if (limits_.kv_memory_bytes > 0 && all_slots >= limits_.kv_memory_bytes)
       fail("--kv-memory", format_bytes(double(limits_.kv_memory_bytes)) + " cannot hold the " +
@@ -89,9 +125,14 @@ Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
       format_bytes(double(process_resident_bytes())).c_str(), format_bytes(double(kv_.reserved_bytes())).c_str(),
       format_bytes(double(kv_.bytes_per_token())).c_str());
   std::string message = line;
+  if (weights_.int4_bytes > 0)
+    message += int8_inputs ? ", INT4 products on int8 activations" : ", INT4 products on BF16 activations";
   if (config_.is_hybrid())
     message += ", recurrent state " + format_bytes(double(state_.bytes_per_slot())) + " per slot (" +
                std::to_string(n_linear) + " Gated DeltaNet layers, KV in " + std::to_string(n_full) + ")";
+  if (!rollback_.empty())
+    message += ", " + format_bytes(double(rollback_.bytes())) + " to roll speculative tokens back";
+  if (limits_.mtp) message += ", MTP head loaded";
   log_info(message);
 }
 
@@ -155,6 +196,8 @@ void Qwen3Model::plan_activations() {
     carve(act_.delta_scratch, size_t(team_.size()) * delta_scratch);
     carve(act_.shared_gate_up, T * 2 * FS);
     carve(act_.shared_out, FS ? T * H : 0);
+    carve(act_.mtp_in, limits_.mtp ? T * 2 * H : 0);
+    carve(act_.mtp_scratch, limits_.mtp ? T * H : 0);
     if (pass == 0) {
       act_.region = VirtualRegion(offset + kAlign);
       base = act_.region.data();
@@ -165,6 +208,18 @@ void Qwen3Model::plan_activations() {
   act_.expert_rows.resize(E + 1);
   act_.runs.resize(T);
   act_.first_runs.resize(T);
+  act_.mtp_tokens.resize(limits_.mtp ? T : 0);
+  act_.mtp_hidden.resize(limits_.mtp ? T : 0);
+  spec_.assign(B, {});
+  spec_claim_.assign(B, {});
+  spec_opens_.assign(B, 0);
+  if (limits_.mtp) {
+    mtp_hidden_ = make_buffer<float>(B * size_t(limits_.speculative_tokens + 1) * H);
+    mtp_chain_ = make_buffer<float>(B * H);
+    mtp_first_.assign(B, -1);
+    mtp_rows_.assign(B, 0);
+    mtp_chain_position_.assign(B, -1);
+  }
   pass_.tokens.reserve(T);
   pass_.has_slot.assign(B, 0);
   claim_end_.assign(B, 0);
@@ -207,12 +262,15 @@ void Qwen3Model::forward(std::span<const BatchToken> tokens, float* logits) {
     if (pass_.has_slot[t.slot])
       fail("forward", "slot " + std::to_string(t.slot) + " is in the pass in progress");
   if (tokens.empty()) return;
+  check_groups(tokens);
   claim_state(tokens);
+  claim_groups();
   PassRows rows{tokens, act_.step_x, act_.step_rope_cos, act_.step_rope_sin};
   try {
     commit_and_embed(rows);
     for (int64_t l = 0; l < config_.num_hidden_layers; ++l) layer(l, rows);
     lm_head(rows, logits);
+    if (limits_.mtp) mtp_after_pass(rows);
   } catch (...) {
     forget_state(tokens);
     throw;
@@ -244,8 +302,11 @@ void Qwen3Model::claim_state(std::span<const BatchToken> tokens) {
 }
 
 void Qwen3Model::forget_state(std::span<const BatchToken> tokens) {
-  if (!config_.is_hybrid()) return;
-  for (const BatchToken& t : tokens) state_end_[t.slot] = -1;
+  for (const BatchToken& t : tokens) {
+    close_group(t.slot);
+    if (limits_.mtp) mtp_rows_[t.slot] = 0;
+    if (config_.is_hybrid()) state_end_[t.slot] = -1;
+  }
 }
 
 void Qwen3Model::cancel_pass() {
@@ -256,7 +317,9 @@ void Qwen3Model::cancel_pass() {
 void Qwen3Model::begin_pass(std::span<const BatchToken> tokens) {
   if (pass_.open) fail("begin_pass", "a pass is already in progress");
   validate(tokens);
+  check_groups(tokens);
   claim_state(tokens);
+  claim_groups();
   pass_.tokens.assign(tokens.begin(), tokens.end());
   std::fill(pass_.has_slot.begin(), pass_.has_slot.end(), 0);
   for (const BatchToken& t : tokens) pass_.has_slot[t.slot] = 1;
@@ -289,6 +352,7 @@ bool Qwen3Model::run_part(int64_t max_rows, float* logits) {
     }
     if (pass_.layer < config_.num_hidden_layers) return false;
     lm_head({pass_.tokens, act_.x, act_.rope_cos, act_.rope_sin}, logits);
+    if (limits_.mtp) mtp_after_pass({pass_.tokens, act_.x, act_.rope_cos, act_.rope_sin});
   } catch (...) {
     cancel_pass();
     throw;
@@ -492,6 +556,8 @@ void Qwen3Model::kv_ranges(int slot, int64_t begin, int64_t end, bool for_write,
     kv_.commit(slot, end, team_);
     kv_.note_written(slot, end);
     if (config_.is_hybrid()) state_end_[slot] = -1;  // KV written without its state
+    close_group(slot);
+    if (limits_.mtp) mtp_rows_[slot] = 0, mtp_chain_position_[slot] = -1;
   }
   kv_.ranges(slot, begin, end, out);
 }
@@ -539,6 +605,9 @@ void Qwen3Model::release_kv(int slot, int64_t from_position) {
     fail("release_kv", "slot " + std::to_string(slot) + " does not exist");
   kv_.release(slot, std::max<int64_t>(from_position, 0));
   if (config_.is_hybrid() && from_position < state_end_[slot]) state_end_[slot] = -1;
+  if (from_position < spec_[slot].begin + spec_[slot].count) close_group(slot);
+  if (limits_.mtp && from_position < mtp_first_[slot] + mtp_rows_[slot]) mtp_rows_[slot] = 0;
+  if (limits_.mtp && from_position <= mtp_chain_position_[slot]) mtp_chain_position_[slot] = -1;
 }
 
 }  // namespace ellm

@@ -5,6 +5,7 @@
 // shared expert are in qwen35.cc.
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "base/threads.h"
 #include "kernels/kernels.h"
 #include "model/config.h"
+#include "model/gdn_rollback.h"
 #include "model/gdn_state.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -74,6 +76,12 @@ struct Activations {
   // Qwen3.5 shared expert.
   float* shared_gate_up;     // [T][2 shared_ffn]
   float* shared_out;         // [T][hidden]
+  // MTP head (mtp.cc): its input rows [norm(embedding) | norm(hidden)], their FP32 scratch,
+  // its tokens and the hidden state each pairs with.
+  bf16* mtp_in;                           // [T][2 hidden]
+  float* mtp_scratch;                     // [T][hidden]
+  std::vector<BatchToken> mtp_tokens;     // [T]
+  std::vector<const float*> mtp_hidden;   // [T]
 };
 
 // The rows one part of a pass works on.
@@ -86,7 +94,8 @@ struct PassRows {
 
 class Qwen3Model final : public Model {
  public:
-  Qwen3Model(const std::string& model_dir, const ModelConfig& config, const ServingLimits& limits);
+  Qwen3Model(const std::string& model_dir, const ModelConfig& config, const ServingLimits& limits,
+             std::shared_ptr<ThreadTeam> team);
 
   const ModelConfig& config() const override { return config_; }
   const ServingLimits& limits() const override { return limits_; }
@@ -110,6 +119,10 @@ class Qwen3Model final : public Model {
   std::string kv_format() const override;
   uint64_t fingerprint() const override { return fingerprint_; }
   void set_profile_sink(ProfileSink* sink) override;
+  void accept(int slot, int64_t end) override;
+  bool has_mtp() const override { return limits_.mtp; }
+  void mtp_forward(std::span<const BatchToken> tokens, float* logits) override;
+  const std::shared_ptr<ThreadTeam>& team() const { return team_owner_; }
 
  private:
   void validate(std::span<const BatchToken> tokens) const;
@@ -117,6 +130,20 @@ class Qwen3Model final : public Model {
   // over at 0: then resets it), and moves the ends past the pass.
   void claim_state(std::span<const BatchToken> tokens);
   void forget_state(std::span<const BatchToken> tokens);
+  // Speculative groups: checks that the pass extends them (and opens new ones) by the rules of
+  // Model::accept, into spec_claim_; then claim_groups() makes it so (hybrid models keep the
+  // state a new group starts from).
+  void check_groups(std::span<const BatchToken> tokens);
+  void claim_groups();
+  void close_group(int slot);
+  // gdn_rollback.cc: what a Gated DeltaNet layer took in for each speculative token.
+  void record_speculative(int64_t layer, const PassRows& rows);
+  // mtp.cc: the MTP head over a finished pass (its KV), and its drafting rows.
+  void mtp_after_pass(const PassRows& rows);
+  void mtp_inputs(int64_t n, float* rope_cos, float* rope_sin);
+  void mtp_layer(int64_t n, float* x, float* rope_cos, float* rope_sin);
+  void mtp_accept(int slot, int64_t end);
+  const float* mtp_saved_hidden(int slot, int64_t position) const;
   void plan_activations();
   // fn(begin, end) on each member's share of [0, n) rows.
   template <class Fn>
@@ -156,7 +183,8 @@ class Qwen3Model final : public Model {
   ModelConfig config_;
   ServingLimits limits_;
   int64_t max_tokens_;
-  ThreadTeam team_;
+  std::shared_ptr<ThreadTeam> team_owner_;  // shared by a draft model and its target
+  ThreadTeam& team_;
   ModelWeights weights_;
   KvCache kv_;                     // full-attention layers only
   std::vector<int64_t> kv_layer_;  // [layers]  a layer's index in kv_ (-1: none)
@@ -165,6 +193,19 @@ class Qwen3Model final : public Model {
   std::vector<int64_t> state_end_;  // [batch]  tokens folded into a slot's state (-1: garbage)
   std::vector<int64_t> claim_end_;  // [batch]  claim_state's scratch
   std::vector<char> claim_reset_;   // [batch]
+  // A slot's speculative tokens since its last accept(): positions [begin, begin + count).
+  struct SpeculativeGroup {
+    int64_t begin = 0, count = 0;
+  };
+  std::vector<SpeculativeGroup> spec_, spec_claim_;  // [batch]; spec_claim_: check_groups' result
+  std::vector<char> spec_opens_;                     // [batch]  a group opens in this pass
+  GdnRollback rollback_;  // hybrid models with speculative_tokens: the states groups start from
+  // MTP head: per slot the final-normed hidden states of its last pass (the group's rows, or
+  // the last row) at positions [mtp_first_, mtp_first_ + mtp_rows_), and the head's own output
+  // after its last mtp_forward row, at mtp_chain_position_.
+  Buffer<float> mtp_hidden_;  // [batch][speculative_tokens + 1][hidden]
+  Buffer<float> mtp_chain_;   // [batch][hidden]
+  std::vector<int64_t> mtp_first_, mtp_rows_, mtp_chain_position_;  // [batch]
   std::vector<float> inv_freq_;  // [rotary_dim / 2]
   AttentionShape attention_shape_;
   Activations act_;

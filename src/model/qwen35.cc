@@ -162,6 +162,7 @@ void Qwen3Model::gdn_block(int64_t layer, const PassRows& r) {
       }
     });
   });
+  record_speculative(layer, r);  // what a rollback of speculative tokens replays
 
   // o = delta_rule(...) per (slot, v head), kDeltaChunk tokens at a time: the chunked form, or
   // the recurrence for up to kRecurrentRun tokens. A decode step and a short group of tokens

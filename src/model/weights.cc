@@ -39,9 +39,9 @@ std::string scale_name(const std::string& weight) { return weight + "_scale_inv"
 class Loader {
  public:
   Loader(const SafetensorsStore& store, const ModelConfig& config, Isa isa, size_t n_tensors,
-         bool quantize_fp8, bool quantize_int4)
+         bool quantize_fp8, bool quantize_int4, bool quantize_lm_head)
       : store_(store), isa_(isa), quantize_fp8_(quantize_fp8), quantize_int4_(quantize_int4),
-        int4_(config.int4), progress_("loading weights", n_tensors) {}
+        quantize_lm_head_(quantize_lm_head), int4_(config.int4), progress_("loading weights", n_tensors) {}
 
   // The tensor `name`, checked to have exactly `shape` and a float dtype (F8_E4M3 only where
   // allow_fp8: linear weights).
@@ -103,16 +103,16 @@ class Loader {
 
   // Packs the row-wise concatenation of tensors names[i] ([rows[i]][k] each) as one matrix: as
   // packed_int4 when a part is a 4-bit module; INT4 when quantising to INT4 (`quantizable`: a
-  // decoder layer's weight); FP8 when every part is FP8 in the file, or when quantising to FP8
-  // and no part is FP8 with rows that do not fit; else BF16.
+  // decoder layer's weight; or lm_head, with quantize_lm_head); FP8 when every part is FP8 in the
+  // file, or when quantising to FP8 and no part is FP8 with rows that do not fit; else BF16.
   PackedWeights packed(const std::vector<std::string>& names, const std::vector<int64_t>& rows,
-                       int64_t k, bool quantizable = true) {
+                       int64_t k, bool quantizable = true, bool lm_head = false) {
     for (const std::string& name : names)
       if (is_int4_module(store_, module_of(name))) return packed_int4(names, rows, k);
     std::vector<const TensorInfo*> parts;
     for (size_t i = 0; i < names.size(); ++i)
       parts.push_back(&tensor(names[i], {rows[i], k}, /*allow_fp8=*/true));
-    return pack_parts(parts, k, quantizable);
+    return pack_parts(parts, k, quantizable, lm_head);
   }
 
   // Matrix `index` of the 3-D tensor `name` [count][rows][k] (fused experts), packed alone.
@@ -130,7 +130,7 @@ class Loader {
   }
 
   PackedWeights pack_parts(const std::vector<const TensorInfo*>& parts, int64_t k,
-                           bool quantizable) {
+                           bool quantizable, bool lm_head = false) {
     int64_t n = 0;
     bool all_fp8 = true;
     for (const TensorInfo* t : parts) {
@@ -138,7 +138,7 @@ class Loader {
       n += t->shape[0];
     }
     PackedWeights w;
-    if (quantize_int4_ && quantizable) {
+    if (quantize_int4_ && (quantizable || (lm_head && quantize_lm_head_)) && k % 4 == 0) {
       w = make_int4_weights(n, k, int4_quantise_group(k), isa_);
       int64_t row0 = 0;
       for (const TensorInfo* t : parts) {
@@ -365,7 +365,7 @@ class Loader {
 
   const SafetensorsStore& store_;
   Isa isa_;
-  bool quantize_fp8_, quantize_int4_;
+  bool quantize_fp8_, quantize_int4_, quantize_lm_head_;
   Int4Quantization int4_;
   Progress progress_;
   size_t loaded_ = 0;
@@ -447,33 +447,39 @@ void load_moe(Loader& load, const SafetensorsStore& store, const ModelConfig& c,
 }  // namespace
 
 ModelWeights load_weights(const std::string& model_dir, const ModelConfig& c, Isa isa,
-                          bool quantize_fp8, bool quantize_int4) {
+                          bool quantize_fp8, bool quantize_int4, bool mtp, bool quantize_lm_head) {
   ModelWeights m;
   m.store = SafetensorsStore::open(model_dir);
   // The text model of Qwen3.5's vision-language wrapper sits under model.language_model. (its
-  // lm_head at the top level); model.visual.* and the MTP head (mtp.*) are not read.
+  // lm_head and the MTP head mtp.* at the top level); model.visual.* is not read.
   const std::string root =
       m.store.find("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   const bool hybrid = c.is_hybrid();
+  if (mtp && !m.store.find("mtp.fc.weight"))
+    fail(model_dir, "the checkpoint has no multi-token-prediction head (no 'mtp.fc.weight'), "
+                    "so it cannot draft with mtp");
   size_t expected = 3;  // embedding, final norm, lm_head (or the embedding packed again)
+  auto ffn_tensors = [&](bool moe) { return moe ? 1 + 3 * c.num_experts + (hybrid ? 4 : 0) : 3; };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    expected += (c.is_linear_layer(l) ? 10 : 8) +
-                (c.is_moe_layer(l) ? 1 + 3 * c.num_experts + (hybrid ? 4 : 0) : 3);
-  Loader load(m.store, c, isa, expected, quantize_fp8, quantize_int4);
+    expected += (c.is_linear_layer(l) ? 10 : 8) + ffn_tensors(c.is_moe_layer(l));
+  if (mtp) expected += 4 + 8 + ffn_tensors(c.is_moe());  // fc, its norms, its decoder layer
+  Loader load(m.store, c, isa, expected, quantize_fp8, quantize_int4, quantize_lm_head);
 
   const int64_t H = c.hidden_size, V = c.vocab_size;
   auto norm = [&](const std::string& name, int64_t n) {
     return hybrid ? load.vector_f32_plus_one(name, n) : load.vector_f32(name, n);
   };
   load.embedding(m, root + "embed_tokens.weight", V, H);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    std::string p = root + "layers." + std::to_string(l) + ".";
+  // The decoder layers, then the MTP head's (a full-attention layer of the same kind).
+  for (int64_t l = 0; l < c.num_hidden_layers + (mtp ? 1 : 0); ++l) {
+    const bool is_mtp = l == c.num_hidden_layers;
+    std::string p = is_mtp ? "mtp.layers.0." : root + "layers." + std::to_string(l) + ".";
     LayerWeights& L = m.layers.emplace_back();
-    L.is_linear = c.is_linear_layer(l);
+    L.is_linear = !is_mtp && c.is_linear_layer(l);
     L.input_norm = norm(p + "input_layernorm.weight", H);
     load_mixer(load, c, p, L);
     L.post_attention_norm = norm(p + "post_attention_layernorm.weight", H);
-    L.is_moe = c.is_moe_layer(l);
+    L.is_moe = is_mtp ? c.is_moe() : c.is_moe_layer(l);
     if (L.is_moe) {
       load_moe(load, m.store, c, p, l, L.moe, m.expert_bytes);
     } else {
@@ -482,11 +488,17 @@ ModelWeights load_weights(const std::string& model_dir, const ModelConfig& c, Is
       L.mlp.down = load.packed({p + "mlp.down_proj.weight"}, {H}, F);
     }
   }
+  if (mtp) {
+    m.mtp.fc = load.packed({"mtp.fc.weight"}, {H}, 2 * H, /*quantizable=*/false);
+    m.mtp.norm_embedding = norm("mtp.pre_fc_norm_embedding.weight", H);
+    m.mtp.norm_hidden = norm("mtp.pre_fc_norm_hidden.weight", H);
+    m.mtp.norm = norm("mtp.norm.weight", H);
+  }
   m.final_norm = norm(root + "norm.weight", H);
   if (c.tie_word_embeddings) {
-    m.lm_head = load.packed({root + "embed_tokens.weight"}, {V}, H, /*quantizable=*/false);
+    m.lm_head = load.packed({root + "embed_tokens.weight"}, {V}, H, /*quantizable=*/false, /*lm_head=*/true);
   } else {
-    m.lm_head = load.packed({"lm_head.weight"}, {V}, H, /*quantizable=*/false);
+    m.lm_head = load.packed({"lm_head.weight"}, {V}, H, /*quantizable=*/false, /*lm_head=*/true);
   }
   m.bytes = load.bytes();
   m.fp8_bytes = load.fp8_bytes();

@@ -54,13 +54,22 @@ struct LayerWeights {
   MoeWeights moe;     // MoE layers
 };
 
+// Qwen3.5's multi-token-prediction head (mtp.*): fc over [norm(embedding) | norm(hidden)], one
+// decoder layer (ModelWeights::layers' last, after the model's own), a final norm; embeddings
+// and lm_head are the model's.
+struct MtpWeights {
+  PackedWeights fc;                                // [hidden][2 hidden]
+  Buffer<float> norm_embedding, norm_hidden, norm;  // [hidden], (1 + w)
+};
+
 struct ModelWeights {
   SafetensorsStore store;  // keeps the mapped embedding alive
   const bf16* embedding = nullptr;  // [vocab][hidden]
   Buffer<bf16> embedding_copy;      // when the checkpoint is not BF16
   Buffer<float> final_norm;         // [hidden]
   PackedWeights lm_head;            // [vocab][hidden] (packed from the embedding when tied)
-  std::vector<LayerWeights> layers;
+  std::vector<LayerWeights> layers;  // with the MTP head: its decoder layer last
+  MtpWeights mtp;
   size_t bytes = 0;         // packed matrices + embedding + norms
   size_t expert_bytes = 0;  // all experts of all layers (part of bytes)
   size_t fp8_bytes = 0;     // the FP8 matrices' codes and factors (part of bytes)
@@ -81,8 +90,32 @@ inline uint8_t fp8_quantise(float value, float factor) { return f32_to_fp8_e4m3(
 // factor = max |w| / 448, codes rounded to nearest even), one tensor at a time, so the BF16
 // copy is never held whole. Embeddings, lm_head, norms and the router stay as they are.
 // A module stored 4-bit (GPTQ, AWQ: <module>.qweight) stays INT4 (int4_weights.h); with
-// quantize_int4 the decoder layers' other linear weights are quantised to INT4 (groups of 128).
+// quantize_int4 the decoder layers' other linear weights are quantised to INT4 (groups of 128),
+// and lm_head too with quantize_lm_head. With mtp, the MTP head too (else mtp.* is not read).
 ModelWeights load_weights(const std::string& model_dir, const ModelConfig& config, Isa isa,
-                          bool quantize_fp8 = false, bool quantize_int4 = false);
+                          bool quantize_fp8 = false, bool quantize_int4 = false, bool mtp = false,
+                          bool quantize_lm_head = false);
+
+// fn(PackedWeights&) on every matrix of the model, lm_head and the MTP head included.
+template <class Fn>
+void for_each_matrix(ModelWeights& m, Fn&& fn) {
+  auto swiglu = [&](SwiGluWeights& s) {
+    fn(s.gate_up);
+    fn(s.down);
+  };
+  for (LayerWeights& L : m.layers) {
+    for (PackedWeights* w : {&L.qkv, &L.o_proj, &L.gdn.qkvz, &L.gdn.ba, &L.gdn.out_proj}) fn(*w);
+    swiglu(L.mlp);
+    for (SwiGluWeights& e : L.moe.experts) swiglu(e);
+    swiglu(L.moe.shared);
+  }
+  fn(m.mtp.fc);
+  fn(m.lm_head);
+}
+
+// --activations int8 (model.h): the INT4 matrices' products quantise their inputs to int8.
+inline void set_int8_inputs(ModelWeights& m, bool on) {
+  for_each_matrix(m, [&](PackedWeights& w) { w.int8_inputs = on && w.int4; });
+}
 
 }  // namespace ellm

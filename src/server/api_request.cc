@@ -190,6 +190,13 @@ SamplingRequest parse_sampling(const json& body, const SamplingParams& defaults)
   if (auto v = bool_field(body, "skip_special_tokens")) r.generate.skip_special_tokens = *v;
   // ellm extension: false makes the request prefill from scratch (benchmarks, cold-run checks).
   if (auto v = bool_field(body, "session_cache")) r.generate.use_session_cache = *v;
+  // ellm extension: this request's speculative decoding ("ngram", "mtp", "draft", "none") and
+  // how many tokens it proposes per pass at most; the engine checks them against the server's.
+  if (auto v = string_field(body, "speculative")) r.generate.speculative = *v;
+  if (auto v = int_field(body, "num_speculative_tokens")) {
+    if (*v < 0) throw_bad_request("'num_speculative_tokens' must not be negative", "num_speculative_tokens");
+    r.generate.num_speculative_tokens = *v;
+  }
   return r;
 }
 

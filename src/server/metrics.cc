@@ -90,6 +90,17 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, co
   per_tier("ellm:session_snapshots_evicted_total", "counter", "Snapshots this tier let go (to the next tier, or dropped).", [](const T& t) { return t.snapshots_evicted; });
   per_tier("ellm:session_snapshot_bytes_evicted_total", "counter", "Bytes of the snapshots this tier let go.", [](const T& t) { return t.snapshot_bytes_evicted; });
   per_tier("ellm:session_snapshots", "gauge", "Snapshots held in this tier.", [](const T& t) { return t.snapshots; });
+  auto per_proposer = [&](const char* name, const char* help, auto field) {
+    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " counter\n";
+    for (int p = int(Proposer::ngram); p < int(Proposer::count); ++p)
+      out << name << '{' << label << ",proposer=\"" << proposer_name(Proposer(p)) << "\"} "
+          << number(double(field(m.speculative[p]))) << '\n';
+  };
+  using S = EngineMetrics::Speculative;
+  per_proposer("ellm:spec_decode_num_drafts_total", "Speculative decoding: groups of proposed tokens checked.", [](const S& s) { return s.checks; });
+  per_proposer("ellm:spec_decode_num_draft_tokens_total", "Speculative decoding: tokens proposed.", [](const S& s) { return s.proposed; });
+  per_proposer("ellm:spec_decode_num_accepted_tokens_total", "Speculative decoding: proposed tokens kept.", [](const S& s) { return s.accepted; });
+  per_proposer("ellm:spec_decode_propose_seconds_total", "Speculative decoding: seconds spent proposing (draft model or MTP passes, prompt lookup).", [](const S& s) { return s.propose_seconds; });
   histogram("ellm:time_to_first_token_seconds", "Time from arrival to the first generated token.", m.time_to_first_token);
   histogram("ellm:inter_token_latency_seconds", "Time between consecutive generated tokens.", m.inter_token_latency);
   histogram("ellm:e2e_request_latency_seconds", "Time from arrival to the last token.", m.e2e_latency);

@@ -277,5 +277,32 @@ TEST(Sampling, EveryPathStaysInsideAPaddedVocabulary) {
   }
 }
 
+// Speculative decoding's rejection rule: whatever a proposer offers, the token that comes out
+// is distributed exactly as without a proposal (the filtered distribution), and a greedy
+// request takes the argmax whatever was proposed.
+TEST(Sampling, ProposalsLeaveTheDistributionAsItIs) {
+  const std::vector<double> probs = {0.35, 0.05, 0.25, 0.2, 0.15};
+  const std::vector<float> logits = logits_of(probs);
+  struct Case {
+    int top_k;
+    std::vector<double> expected;  // the filtered distribution
+  };
+  const Case cases[] = {{0, probs}, {3, {0.35 / 0.8, 0, 0.25 / 0.8, 0.2 / 0.8, 0}}};
+  for (const Case& c : cases) {
+    for (int32_t proposal : {0, 1, 3, 4}) {  // the best, unlikely ones, one top-k cuts
+      Sampler sampler(5, 16);
+      sampler.start(params_with(1.0f, c.top_k, 1.0f, 0.0f, 99 + proposal), {});
+      std::vector<double> freq(5, 0.0);
+      const int n = 100000;
+      for (int i = 0; i < n; ++i) freq[sampler.sample(logits, proposal)] += 1.0 / n;
+      for (size_t id = 0; id < 5; ++id)
+        EXPECT_NEAR(freq[id], c.expected[id], 0.006) << "top_k " << c.top_k << ", proposal " << proposal << ", id " << id;
+    }
+  }
+  Sampler greedy_sampler(5, 16);
+  greedy_sampler.start(params_with(0.0f), {});
+  for (int32_t proposal : {0, 1, 2}) EXPECT_EQ(greedy_sampler.sample(logits, proposal), 0);
+}
+
 }  // namespace
 }  // namespace ellm

@@ -205,6 +205,43 @@ TEST(Attention, QueryResultDoesNotDependOnThePass) {
   }
 }
 
+// Past a few segments of positions (1024 each) a decode row is split across members
+// (flash-decoding) when its pass has few items, and not when other sequences keep the members
+// busy: either way, and in a prefill, the row is the same bits.
+TEST(Attention, LongContextRowDoesNotDependOnSplitOrBatch) {
+  const int64_t n = 2600, heads = 4, kv = 2, hd = 32;
+  const std::vector<int64_t> rows = {n - 1, n - 2, 1500, 1023, 1024, 2047};
+  Problem p(heads, kv, hd, {{n, 0}});
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    p.run(2, nullptr);  // the prefill: every row at once, tiles of queries
+    for (int64_t i : rows)
+      for (int64_t c = 0; c < heads * hd; ++c) {
+        // The row checked against the naive computation once, at the first element of each head.
+        if (c % hd == 0) {
+          std::vector<double> want = p.naive(0, i, c / hd);
+          ASSERT_NEAR(p.out[0][i * p.shape.ldo + c], want[0], 1e-4) << isa_name(isa) << " query " << i;
+        }
+      }
+    for (int64_t busy : {0, 7}) {  // alone (split along positions), or beside 7 other sequences
+      for (int64_t i : rows) {
+        std::vector<float> out(p.shape.ldo, -7.0f);
+        std::vector<AttentionSeq> seqs = {{p.q[0].data() + i * p.shape.ldq, out.data(), 1, i, p.k[0].data(), p.v[0].data()}};
+        std::vector<std::vector<float>> others(size_t(busy), std::vector<float>(p.shape.ldo));
+        for (auto& o : others) seqs.push_back({p.q[0].data(), o.data(), 1, 200, p.k[0].data(), p.v[0].data()});
+        for (int members : {1, 2}) {
+          std::vector<float> scratch(attention_scratch_floats(p.shape, int64_t(seqs.size()), int64_t(seqs.size()), members), 0.0f);
+          for (int member = 0; member < members; ++member)
+            attention(seqs.data(), int64_t(seqs.size()), p.shape, scratch.data(), member, members);
+          for (int64_t c = 0; c < heads * hd; ++c)
+            ASSERT_EQ(out[c], p.out[0][i * p.shape.ldo + c])
+                << isa_name(isa) << " query " << i << " element " << c << " members " << members << " beside " << busy;
+        }
+      }
+    }
+  }
+}
+
 TEST(Attention, ScaleOfLargeScoresStaysFinite) {
   // Scores around 1e3 would overflow a softmax without the running max.
   Problem p(2, 1, 8, {{5, 10}});

@@ -23,18 +23,22 @@
 #include "model/weights.h"
 #include "model_test_util.h"
 #include "tools/int4_checkpoint.h"
+#include "tools/make_model.h"
 
 namespace ellm {
 namespace {
 
 using test::run_tokens;
 
-ServingLimits limits(bool quantize_int4 = false) {
+// INT4 products on BF16 inputs unless told: the comparisons with BF16 twins below are about the
+// weights, not the int8 inputs (golden_test.cc checks those).
+ServingLimits limits(bool quantize_int4 = false, ActivationDtype activations = ActivationDtype::bf16) {
   ServingLimits l;
   l.sequence_length = 128;
   l.chunk_size = 128;
   l.threads = 2;
   l.quantize_int4 = quantize_int4;
+  l.activations = activations;
   return l;
 }
 
@@ -145,6 +149,55 @@ TEST(Int4Load, ShardedMoeGptqWithAModuleAcrossShards) {
   EXPECT_GT(largest, 0.0);  // the INT4 path really ran
 }
 
+// The hybrid generation in 4 bits: a Qwen3.5 GPTQ-Int4-shaped model (qwen3.5-0.8b) and a
+// Qwen3.6-35B-A3B AWQ-shaped one (per-expert 4-bit experts, the router and in_proj_a/b BF16), cut
+// to 4 layers (3 Gated DeltaNet, 1 full attention) and to hidden 256 / 8 experts, in 2 shards:
+// they load as INT4 and give the logits of their BF16-rounded twins, on both activation paths,
+// far nearer than the 4 bits moved them from the BF16 model they were rounded from. (The
+// recurrent layers carry small differences along, so not as near as the dense models above.)
+TEST(Int4Load, Qwen35GptqAndQwen36AwqLoadAndRun) {
+  for (const auto& [preset, format] : {std::pair{"qwen3.5-0.8b", "gptq"}, std::pair{"qwen3.6-35b-a3b", "awq"}}) {
+    ModelConfig config = preset_config(preset);
+    config.num_hidden_layers = 4;
+    config.linear_attention = {true, true, true, false};
+    config.vocab_size = 1024;
+    config.hidden_size = 256;
+    if (config.is_moe()) config.num_experts = 8;
+    else config.intermediate_size = 512;
+    test::ScratchDir int4, as_bf16, original;
+    write_random_model(config, int4.path, 9, /*shards=*/2, {}, format);
+    write_random_model(config, as_bf16.path, 9, 1, {}, std::string(format) + "-as-bf16");
+    write_random_model(config, original.path, 9, 1, {}, "bf16");
+    const ModelConfig loaded = load_model_config(int4.path);
+    EXPECT_EQ(loaded.quant_method, format);
+    ModelWeights w = load_weights(int4.path, loaded, active_isa());
+    for (const LayerWeights& L : w.layers) {
+      const PackedWeights& mixer = L.is_linear ? L.gdn.qkvz : L.qkv;
+      EXPECT_TRUE(mixer.int4) << preset;
+      EXPECT_FALSE(L.is_linear && L.gdn.ba.int4) << preset;  // in_proj_a/b stay BF16
+      EXPECT_TRUE(L.is_moe ? L.moe.experts[0].down.int4 && L.moe.shared.gate_up.int4
+                           : L.mlp.gate_up.int4) << preset;
+    }
+    const std::vector<int32_t> tokens = {5, 17, 300, 2, 99, 411, 7, 8, 250, 13};
+    auto largest_difference = [](const std::vector<float>& a, const std::vector<float>& b) {
+      double largest = 0;
+      for (size_t i = 0; i < a.size(); ++i) largest = std::max(largest, double(std::fabs(a[i] - b[i])));
+      return largest;
+    };
+    const std::vector<float> ref = run_tokens(*Model::load(as_bf16.path, limits()), tokens);
+    const double moved = largest_difference(ref, run_tokens(*Model::load(original.path, limits()), tokens));
+    for (ActivationDtype activations : {ActivationDtype::bf16, ActivationDtype::int8}) {
+      const std::vector<float> got = run_tokens(*Model::load(int4.path, limits(false, activations)), tokens);
+      const double largest = largest_difference(ref, got);
+      const bool int8 = activations == ActivationDtype::int8;
+      std::printf("[int4 %s %s, %s activations] vs its BF16-rounded twin: max |dlogit| %.4f "
+                  "(4 bits moved the BF16 model's by %.3f)\n", preset, format, int8 ? "int8" : "BF16",
+                  largest, moved);
+      EXPECT_LT(largest, (int8 ? 0.25 : 0.1) * moved) << preset;
+    }
+  }
+}
+
 // Rows that are not whole 32-column blocks (k_proj and v_proj of 80 rows, fused after q_proj's
 // 160): both formats give the logits of their BF16-rounded twins, up to that rounding.
 TEST(Int4Load, ModulesNotInWholeBlocks) {
@@ -205,6 +258,7 @@ TEST(Int4Quantize, DeterministicAndFidelityAgainstBf16) {
     EXPECT_EQ(0, std::memcmp(x.scales.get(), y.scales.get(), params * sizeof(float)));
     EXPECT_EQ(0, std::memcmp(x.zeros.get(), y.zeros.get(), params));
     EXPECT_FALSE(first.lm_head.int4);
+    EXPECT_TRUE(load_weights(dir, config, active_isa(), false, true, /*mtp=*/false, /*quantize_lm_head=*/true).lm_head.int4);
 
     auto session = nlohmann::json::parse(test::read_text(test::shared_dir() + "/golden/" + name +
                                                          "/session.json"));
@@ -213,15 +267,21 @@ TEST(Int4Quantize, DeterministicAndFidelityAgainstBf16) {
     for (const auto& feed : session["feeds"]) for (int32_t id : feed) tokens.push_back(id);
     auto bf16 = Model::load(dir, limits());
     auto int4 = Model::load(dir, limits(true));
+    auto int4_int8 = Model::load(dir, limits(true, ActivationDtype::int8));
+
     ServingLimits fp8_limits = limits();
     fp8_limits.quantize_fp8 = true;
     auto fp8 = Model::load(dir, fp8_limits);
     EXPECT_LT(int4->weight_bytes(), fp8->weight_bytes());
     const std::vector<float> ref = run_tokens(*bf16, tokens);
-    const test::Fidelity f4 = test::fidelity(ref, run_tokens(*int4, tokens), bf16->vocab_size(), margin_min);
-    const test::Fidelity f8 = test::fidelity(ref, run_tokens(*fp8, tokens), bf16->vocab_size(), margin_min);
-    std::printf("[int4 fidelity %s %s] vs BF16 over %zu positions: INT4 %s; FP8 %s\n", name.c_str(),
-                isa_name(active_isa()), tokens.size(), f4.summary(margin_min).c_str(),
+    const int64_t V = bf16->vocab_size();
+    const test::Fidelity f4 = test::fidelity(ref, run_tokens(*int4, tokens), V, margin_min);
+    const test::Fidelity f4q = test::fidelity(ref, run_tokens(*int4_int8, tokens), V, margin_min);
+    const test::Fidelity f8 = test::fidelity(ref, run_tokens(*fp8, tokens), V, margin_min);
+
+    std::printf("[int4 fidelity %s %s] vs BF16 over %zu positions: INT4 on BF16 activations %s; "
+                "INT4 on int8 activations %s; FP8 %s\n", name.c_str(), isa_name(active_isa()),
+                tokens.size(), f4.summary(margin_min).c_str(), f4q.summary(margin_min).c_str(),
                 f8.summary(margin_min).c_str());
     for (const std::string shared : {name + "-gptq", name + "-awq"}) {
       const std::string shared_dir = test::shared_dir() + "/models/" + shared;
@@ -233,6 +293,8 @@ TEST(Int4Quantize, DeterministicAndFidelityAgainstBf16) {
     }
     EXPECT_GE(f4.top1(), 0.2) << name;
     EXPECT_LT(f4.mean_kl, 6.0) << name;
+    EXPECT_GE(f4q.top1(), 0.1) << name;
+    EXPECT_LT(f4q.mean_kl, 6.0) << name;
   }
 }
 

@@ -145,7 +145,7 @@ void codes_to_bf16(const PackedWeights& w, int64_t col0, int64_t cols, bf16* out
 }
 
 // y[R][cols] = part[R][16] * factors[16] + (from_zero ? 0 : y): one FMA per element, as the
-// FP8 and INT4 decode kernels add each block's or group's partial sums.
+// FP8 decode kernel adds each block's partial sums.
 void add_scaled(const float* part, int64_t rows, const float* factors, float* y, int64_t ldy,
                 int64_t cols, bool from_zero) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -225,31 +225,6 @@ void matmul_fp8(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, f
     const int64_t col0 = p * width, cols = std::min(width, w.n - col0);
     codes_to_bf16(w, col0, cols, panel);
     scaled_panel_product(m, panel, k, kFp8BlockK, col0, cols, inputs, factors_of, y + col0, ldy,
-                         accumulate);
-  }
-}
-
-// INT4 weights, the same way: up to int4_decode_rows() rows the decode kernel, more the panels
-// (the values q - zero), k in steps of one group, each step's result times the columns' factors.
-void matmul_int4(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,
-                 int64_t ldy, bool accumulate, int member, int n_members,
-                 std::atomic<int64_t>* pool) {
-  if (m <= int4_decode_rows())
-    return int4_decode(x, m, ldx, w, y, ldy, accumulate, member, n_members, pool);
-  const int64_t k = w.k, width = fp8_panel_width(w.n, n_members);
-  auto [p0, p1] = split_range((w.n + width - 1) / width, member, n_members);
-  if (p0 == p1) return;
-  bf16* panel = static_cast<bf16*>(thread_scratch(1, size_t(width * k) * sizeof(bf16)));
-  auto inputs = [&](int64_t r0, int64_t rows, int64_t k0, float* xf) {
-    int4_inputs(x + r0 * ldx, ldx, rows, w, k0, w.group, xf, w.group);
-  };
-  auto factors_of = [&](int64_t column, int64_t g) {
-    return w.scales.get() + int4_group_index(w, column, g);
-  };
-  for (int64_t p = p0; p < p1; ++p) {
-    const int64_t col0 = p * width, cols = std::min(width, w.n - col0);
-    int4_to_bf16(w, col0, cols, panel);
-    scaled_panel_product(m, panel, k, w.group, col0, cols, inputs, factors_of, y + col0, ldy,
                          accumulate);
   }
 }

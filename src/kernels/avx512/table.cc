@@ -6,6 +6,7 @@
 namespace ellm {
 
 const KernelTable avx512_kernels =
-    simd::kernel_table<Avx512Vec>(avx512::pack_weights, avx512::matmul, avx512::matmul_fp8);
+    simd::kernel_table<Avx512Vec>(avx512::pack_weights, avx512::matmul, avx512::matmul_fp8,
+                                  avx512::matmul_int4);
 
 }  // namespace ellm

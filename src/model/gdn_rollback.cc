@@ -1,0 +1,69 @@
+#include "model/gdn_rollback.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/kernels.h"
+
+namespace ellm {
+
+GdnRollback::GdnRollback(const GdnShape& shape, int64_t n_slots, int64_t max_tokens)
+    : shape_(shape),
+      max_tokens_(max_tokens),
+      row_floats_(2 * shape.conv_dim + 2 * shape.value_heads),
+      state_floats_(shape.layers * ((shape.conv_taps - 1) * shape.conv_dim +
+                                    shape.value_heads * shape.dk * shape.dv)) {
+  const size_t saved = size_t(n_slots * state_floats_);
+  const size_t inputs = size_t(n_slots * shape.layers * max_tokens * row_floats_);
+  saved_ = make_buffer<float>(saved);
+  inputs_ = make_buffer<float>(inputs);
+  bytes_ = (saved + inputs) * sizeof(float);
+}
+
+// GdnState keeps a slot's state in all layers as one range, starting at layer 0's conv window.
+void GdnRollback::save(const GdnState& state, int64_t slot) {
+  std::memcpy(saved_.get() + slot * state_floats_, state.conv(0, slot), size_t(state_floats_) * sizeof(float));
+}
+
+void GdnRollback::restore(GdnState& state, int64_t slot, int64_t keep, ThreadTeam& team) const {
+  const GdnShape& g = shape_;
+  const int64_t window_floats = (g.conv_taps - 1) * g.conv_dim, s_floats = g.dk * g.dv;
+  const int64_t layer_floats = window_floats + g.value_heads * s_floats;
+  const int64_t group = g.value_heads / g.key_heads, Hk = g.key_heads;
+  const float* saved = saved_.get() + slot * state_floats_;
+  // Work items: per layer, its conv window, then one per value head.
+  const int64_t per_layer = 1 + g.value_heads;
+  team.run([&](int member, int n_members) {
+    auto [i0, i1] = split_range(g.layers * per_layer, member, n_members);
+    alignas(64) float out[kMaxDeltaHeadDim];
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t layer = item / per_layer, part = item % per_layer;
+      const float* saved_layer = saved + layer * layer_floats;
+      if (part == 0) {
+        // The window holds the last taps - 1 conv inputs: of the saved window followed by the
+        // kept tokens' inputs.
+        float* window = state.conv(layer, slot);
+        for (int64_t r = 0; r < g.conv_taps - 1; ++r) {
+          const int64_t source = keep + r;  // in [saved window rows | kept inputs]
+          const float* from = source < g.conv_taps - 1
+                                  ? saved_layer + source * g.conv_dim
+                                  : conv_input(layer, slot, source - (g.conv_taps - 1));
+          std::memcpy(window + r * g.conv_dim, from, size_t(g.conv_dim) * sizeof(float));
+        }
+        continue;
+      }
+      // The delta rule of value head j: the saved S, then the kept tokens' steps.
+      const int64_t j = part - 1, i = j / group;
+      float* S = state.S(layer, slot) + j * s_floats;
+      std::memcpy(S, saved_layer + window_floats + j * s_floats, size_t(s_floats) * sizeof(float));
+      for (int64_t t = 0; t < keep; ++t) {
+        const float* qkv = delta_qkv(layer, slot, t);
+        gated_delta_step(S, g.dk, g.dv, qkv + i * g.dk, qkv + Hk * g.dk + i * g.dk,
+                         qkv + 2 * Hk * g.dk + j * g.dv, std::exp(log_decay(layer, slot, t)[j]),
+                         beta(layer, slot, t)[j], out);
+      }
+    }
+  });
+}
+
+}  // namespace ellm
