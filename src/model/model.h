@@ -56,14 +56,14 @@ struct BatchToken {
   int32_t slot;
   int32_t position;
   bool want_logits;
+  // Part of a group of tokens being checked (speculative decoding) that may be cut short:
+  // the slot's speculative tokens, over one or more passes, stay open until accept().
+  bool speculative = false;
   // Hybrid models: where the pass copies the slot's recurrent state once this token is folded
   // in (the state at position + 1): state_bytes_per_slot() bytes, laid out as the ranges of
   // state_ranges() one after another. Null: no copy. The pass computes the slot's tokens up to
   // here and after here as two runs, so the copy is exactly the state a pass ending here leaves.
   uint8_t* capture_state = nullptr;
-  // Part of a group of tokens being checked (speculative decoding) that may be cut short:
-  // the slot's speculative tokens, over one or more passes, stay open until accept().
-  bool speculative = false;
 };
 
 class Model {

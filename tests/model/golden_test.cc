@@ -310,7 +310,7 @@ TEST_P(GoldenSession, PassInPartsEqualsOnePass) {
 TEST_P(GoldenSession, ResumedFromACopyPassesTheReferenceRule) {
   const std::string name = GetParam();
   Golden golden(name);
-  auto model = Model::load(model_dir(name), small_limits(256, 2));
+  auto model = Model::load(model_dir(name), small_limits(256, 2, ActivationDtype::bf16));
   const int64_t V = model->vocab_size();
   const int32_t at = int32_t(golden.feeds[0].size()) * 4 / 5;
   const std::vector<int32_t>& prompt = golden.feeds[0];

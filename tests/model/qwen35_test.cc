@@ -334,7 +334,7 @@ TEST(Qwen35Snapshots, ACapturedStateResumesAnotherSlotBitForBit) {
   // A model without a recurrent state has none to capture.
   auto dense = Model::load(shared_model("tiny-qwen3"), limits());
   uint8_t byte = 0;
-  std::vector<BatchToken> batch = {{1, 0, 0, true, &byte}};
+  std::vector<BatchToken> batch = {{1, 0, 0, true, false, &byte}};
   std::vector<float> logits(size_t(dense->vocab_size()));
   EXPECT_NE(error_of([&] { dense->forward(batch, logits.data()); }).find("has none"), std::string::npos);
 }
