@@ -93,6 +93,7 @@ int cmd_serve(int argc, char** argv) {
   std::string kv_memory = "0", max_body = "8M", scripted;
   std::string session_memory, session_dir, session_disk, replica_id, speculative = "none";
   int64_t num_speculative_tokens = -1;
+  int64_t state_snapshot_interval = EngineOptions{}.state_snapshot_interval;
   int port = 8000, threads = 0;
   int64_t sequence_length = 0, batch_size = 4, chunk_size = 0, max_queue = 64;
   double shutdown_grace = 10, request_deadline = 60, write_timeout = 30, max_decode_stall_ms = 500;
@@ -138,6 +139,11 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--session-dir", session_dir,
                  "directory for sessions beyond --session-memory; they survive restarts and may be shared by replicas (default: none)");
   app.add_option("--session-disk", session_disk, "disk budget of --session-dir, e.g. 100G (default: half the free space there)");
+  app.add_option("--state-snapshot-interval", state_snapshot_interval,
+                 "hybrid models (Qwen3.5+): a prompt's prefill keeps a snapshot of the recurrent state every this many "
+                 "tokens, where a conversation sharing its start may resume (0: only at request ends and shared prefixes)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--replica-id", replica_id,
                  "this replica's name in /metrics (label replica) and the X-Ellm-Replica header (default: the hostname)");
   app.add_option("--speculative", speculative,
@@ -246,6 +252,7 @@ int cmd_serve(int argc, char** argv) {
       session_memory.empty() ? std::min<size_t>(physical_memory_bytes() / 4, size_t(16) << 30)
                              : parse_byte_size(session_memory, "serve --session-memory");
   engine_options.session_dir = session_dir;
+  engine_options.state_snapshot_interval = state_snapshot_interval;
   if (!session_disk.empty()) {
     engine_options.session_disk_bytes = parse_byte_size(session_disk, "serve --session-disk");
   } else if (!session_dir.empty()) {

@@ -194,6 +194,9 @@ std::vector<SessionInfo> Engine::list_sessions() { return impl_->scheduler.list_
 int64_t Engine::drop_sessions() { return impl_->scheduler.drop_sessions(); }
 void Engine::shutdown(std::chrono::steady_clock::time_point deadline) { impl_->scheduler.shutdown(deadline); }
 int64_t Engine::sequence_length() const { return impl_->model->limits().sequence_length; }
+bool Engine::resumes_at_snapshots() const {
+  return impl_->options.session_cache && impl_->model->has_recurrent_state();
+}
 const SamplingParams& Engine::default_sampling() const { return impl_->options.default_sampling; }
 std::vector<int32_t> Engine::encode(const std::string& text) const { return impl_->tokenizer->encode(text); }
 std::string Engine::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {

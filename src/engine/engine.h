@@ -64,6 +64,9 @@ struct EngineOptions {
   size_t session_memory_bytes = size_t(1) << 30;  // RAM tier
   std::string session_dir;                        // disk tier; "" = off
   size_t session_disk_bytes = size_t(64) << 30;   // disk tier
+  // Hybrid models: a prompt's prefill takes a snapshot of the recurrent state every this many
+  // positions (0: none), where another conversation sharing its start may resume.
+  int64_t state_snapshot_interval = 4096;
   // Testing hook: when non-empty, requests "sample" these scripts' tokens in order, then stop as
   // at eos, so output parsing and agent turns can be tested end to end deterministically. The
   // first request to start takes the first script, the next the second, and so on; the last
@@ -87,7 +90,8 @@ struct QueueFull : std::runtime_error {
 struct EngineMetrics {
   int64_t requests_running = 0, requests_waiting = 0;
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0, cached_tokens_total = 0;
-  // Prompt tokens a slot held but prefilled again: a hybrid model cannot resume from KV alone.
+  // Prompt tokens held in a session but prefilled again: a hybrid model resumes only at a
+  // snapshot of its recurrent state, which may lie before the end of what is held.
   int64_t recomputed_tokens_total = 0;
   int64_t requests_finished_total = 0;
   size_t kv_resident_bytes = 0, kv_budget_bytes = 0;
@@ -131,6 +135,9 @@ class Engine {
   void shutdown(std::chrono::steady_clock::time_point deadline);
   // What the server needs of the model and its tokenizer.
   int64_t sequence_length() const;
+  // A hybrid model with the session cache: sessions resume at snapshots of its state, so a
+  // request's GenerateRequest::history_end is worth finding.
+  bool resumes_at_snapshots() const;
   const SamplingParams& default_sampling() const;  // generation_config.json
   std::vector<int32_t> encode(const std::string& text) const;
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;

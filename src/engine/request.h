@@ -46,6 +46,10 @@ struct GenerateRequest {
   bool ignore_eos = false;
   bool skip_special_tokens = true;
   bool use_session_cache = true;
+  // Where the conversation so far ends in the prompt (before the generation prompt; 0: not
+  // known). A hybrid model snapshots its state there: the next turn re-renders the reply that
+  // follows (templates drop earlier turns' reasoning), so it resumes there.
+  int64_t history_end = 0;
   // Constrained decoding (response_format, tool_choice); shared by the n choices of a request,
   // each of which gets its own decoding state at submit.
   std::shared_ptr<const OutputConstraint> constraint;

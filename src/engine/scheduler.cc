@@ -58,6 +58,16 @@ std::string decode_next(IncrementalDetokenizer& detokenizer, const Tokenizer& to
 std::string what(const std::exception& e) { return e.what(); }
 
 
+// Adds a capture, keeping them sorted with one per position.
+void add_capture(std::vector<PlannedCapture>& captures, PlannedCapture capture) {
+  auto at = std::find_if(captures.begin(), captures.end(),
+                         [&](const PlannedCapture& c) { return c.position >= capture.position; });
+  if (at != captures.end() && at->position == capture.position)
+    at->shared = at->shared || capture.shared;
+  else
+    captures.insert(at, capture);
+}
+
 }  // namespace
 
 ActiveRequest::ActiveRequest(const Tokenizer& tokenizer, QueuedRequest&& queued,
@@ -88,7 +98,12 @@ Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptio
                                                 : model.limits().sequence_length),
       budget_positions_(kv_budget_after_state(model) > 0 && model.kv_bytes_per_token() > 0
                             ? int64_t(kv_budget_after_state(model) / model.kv_bytes_per_token())
-                            : INT64_MAX) {
+                            : INT64_MAX),
+      hybrid_(model.has_recurrent_state()),
+      state_bytes_(model.state_bytes_per_slot()),
+      snapshot_positions_(model.kv_bytes_per_token() > 0
+                              ? int64_t((state_bytes_ + model.kv_bytes_per_token() - 1) / model.kv_bytes_per_token())
+                              : 0) {
   const int64_t n_slots = model.limits().batch_size;
   for (int64_t i = 0; i < n_slots; ++i) {
     Slot slot;
@@ -121,12 +136,7 @@ Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptio
   local_metrics_.inter_token_latency = histogram(latency);
   local_metrics_.e2e_latency = histogram(latency);
   local_metrics_.kv_budget_bytes = model.limits().kv_memory_bytes;
-  // A hybrid model's KV cannot resume a sequence without its recurrent state, which sessions
-  // do not keep yet: no session store, and no prefix reuse (place() recomputes).
-  if (options_.session_cache && model.has_recurrent_state())
-    log_info("session cache off: a hybrid model resumes only with its recurrent state, which "
-             "sessions do not keep yet; prompts are prefilled in full");
-  if (options_.session_cache && !model.has_recurrent_state()) {
+  if (options_.session_cache) {
     SessionStoreOptions store;
     std::vector<std::span<uint8_t>> probe;
     model.kv_ranges(0, 0, 1, false, probe);
@@ -135,6 +145,8 @@ Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptio
     store.identity.fingerprint = model.fingerprint();
     const std::string format = model.kv_format();
     store.identity.format_hash = hash_bytes(format.data(), format.size());
+    store.identity.state_bytes = state_bytes_;
+    store.snapshot_interval = options_.state_snapshot_interval;
     store.memory_bytes = options_.session_memory_bytes;
     store.dir = options_.session_dir;
     store.disk_bytes = options_.session_disk_bytes;
@@ -197,13 +209,27 @@ void Scheduler::enqueue(QueuedRequest request) {
       throw QueueFull("the request queue is full (" + std::to_string(options_.max_queue) +
                       " waiting); retry later");
     queue_.push_back(std::move(request));
+    admit_blocked_ = false;
   }
   wake_.notify_one();
 }
 
+// The store's figures are read now: its writer and restores go on while the scheduler sleeps.
+// The hot tier's gauges are the slots', as the last step left them.
 EngineMetrics Scheduler::metrics() const {
-  std::lock_guard lock(mutex_);
-  return metrics_;
+  EngineMetrics m;
+  {
+    std::lock_guard lock(mutex_);
+    m = metrics_;
+  }
+  if (store_) {
+    const SessionTierMetrics hot = m.sessions.hot;
+    m.sessions = store_->metrics();
+    m.sessions.hot.sessions = hot.sessions;
+    m.sessions.hot.bytes = hot.bytes;
+    m.sessions.hot.snapshots = hot.snapshots;
+  }
+  return m;
 }
 
 // No exception leaves this thread: a request's own failure ends that request (on_logits, admit);
@@ -212,7 +238,9 @@ void Scheduler::loop() {
   for (;;) {
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || drop_hot_ || !queue_.empty() || running_ > 0; });
+      wake_.wait(lock, [&] {
+        return stopping_ || drop_hot_ || restores_done_ || running_ > 0 || (!queue_.empty() && !admit_blocked_);
+      });
       if (stopping_) break;
     }
     try {
@@ -256,6 +284,7 @@ void Scheduler::step() {
     for (Slot& slot : slots_)
       if (!slot.busy) forget(slot);
   drop_cancelled();
+  finish_restores();
   admit();
   build_pass();
   if (!batch_.empty()) run_pass();
@@ -303,18 +332,35 @@ void Scheduler::admit() {
     if (placement == Placement::wait) break;
   }
   std::lock_guard lock(mutex_);
+  admit_blocked_ = !passed.empty();
   placing_ -= int64_t(passed.size());
   for (auto it = passed.rbegin(); it != passed.rend(); ++it) queue_.push_front(std::move(*it));
 }
 
 // Copies a slot's session to the store when a client would send enough of it again (its prompt
-// tokens beyond the `keep` positions that stay), before the slot's KV is overwritten.
+// tokens beyond the `keep` positions that stay), before the slot's KV is overwritten. A hybrid
+// model's session goes with its snapshots and one of its live state, where its next turn resumes.
 void Scheduler::save(const Slot& slot, int64_t keep) {
   if (!store_ || !worth_saving(slot, keep)) return;
+  const int64_t n = int64_t(slot.tokens.size());
   kv_from_.clear();
-  model_.kv_ranges(slot.index, 0, int64_t(slot.tokens.size()), false, kv_from_);
+  model_.kv_ranges(slot.index, 0, n, false, kv_from_);
   kv_out_.assign(kv_from_.begin(), kv_from_.end());
-  store_->put(slot.tokens, kv_out_);
+  std::vector<StateSnapshot> snapshots;
+  if (hybrid_) {
+    for (const StateSnapshot& s : slot.snapshots)
+      if (s.position <= n) snapshots.push_back(s);
+    if (model_.state_end(slot.index) == n) {
+      StateSnapshot end{n, new_state_buffer(state_bytes_), false};
+      state_from_.clear();
+      model_.state_ranges(slot.index, false, state_from_);
+      uint8_t* to = end.state.get();
+      for (std::span<uint8_t> range : state_from_) to = std::copy(range.begin(), range.end(), to);
+      add_snapshot(snapshots, std::move(end));
+      store_->count_hot_snapshots(1, 0, 0);
+    }
+  }
+  store_->put(slot.tokens, kv_out_, std::move(snapshots));
 }
 
 // Drops a slot's session (its KV may be half written, or it is saved already) and gives its
@@ -322,8 +368,16 @@ void Scheduler::save(const Slot& slot, int64_t keep) {
 void Scheduler::forget(Slot& slot) {
   slot.tokens.clear();  // first: if releasing fails, no request may reuse this KV
   slot.prompt_len = 0;
+  drop_snapshots(slot, 0);
   if (slot.kv_high > 0) model_.release_kv(slot.index, 0);
   slot.kv_high = 0;
+}
+
+// Drops the slot's snapshots beyond position `above` (saved already, or of no more use).
+void Scheduler::drop_snapshots(Slot& slot, int64_t above) {
+  const size_t before = slot.snapshots.size();
+  std::erase_if(slot.snapshots, [&](const StateSnapshot& s) { return s.position > above; });
+  if (store_ && before > slot.snapshots.size()) store_->count_hot_snapshots(0, 0, int64_t(before - slot.snapshots.size()));
 }
 
 void Scheduler::evict(Slot& slot) {
@@ -334,11 +388,11 @@ void Scheduler::evict(Slot& slot) {
 // Evicts idle sessions other than `chosen` and `keep` (a restore's source), least recently used
 // first, to the store, until `need` more positions fit under the KV budget.
 bool Scheduler::make_room(int chosen, int keep, int64_t need) {
-  while (committed_positions(slots_, chosen) + need > budget_positions_) {
+  while (committed_positions(slots_, chosen, snapshot_positions_) + need > budget_positions_) {
     Slot* victim = nullptr;
     for (Slot& slot : slots_)
-      if (!slot.busy && slot.index != chosen && slot.index != keep && slot.kv_high > 0 &&
-          (!victim || slot.last_used < victim->last_used))
+      if (!slot.busy && slot.index != chosen && slot.index != keep &&
+          (slot.kv_high > 0 || !slot.snapshots.empty()) && (!victim || slot.last_used < victim->last_used))
         victim = &slot;
     if (!victim) return false;
     evict(*victim);
@@ -346,90 +400,139 @@ bool Scheduler::make_room(int chosen, int keep, int64_t need) {
   return true;
 }
 
-// Copies the first `reuse` positions of KV into the slot from another slot (source >= 0) or from
-// the store. Returns the positions restored (0 when a stored file failed its checks).
-int64_t Scheduler::restore_into(Slot& slot, int source, const StoredMatch& stored, int64_t reuse) {
+// Copies the first `reuse` positions of KV from another slot, and for a hybrid model the state
+// there, into the slot.
+void Scheduler::copy_from_slot(Slot& slot, int source, int64_t reuse) {
   const auto start = Clock::now();
-  const double per_token = double(model_.kv_bytes_per_token());
-  int64_t restored = 0, written = 0;
-  const char* from = "slot";
-  if (source >= 0) {
-    kv_from_.clear();
-    kv_to_.clear();
-    model_.kv_ranges(source, 0, reuse, false, kv_from_);
-    model_.kv_ranges(slot.index, 0, reuse, true, kv_to_);
-    for (size_t r = 0; r < kv_to_.size(); ++r) std::memcpy(kv_to_[r].data(), kv_from_[r].data(), kv_to_[r].size());
-    restored = written = reuse;
-    store_->count_hot_hit(reuse, int64_t(reuse * per_token), seconds_between(start, Clock::now()));
-  } else {
-    from = tier_name(stored.tier);
-    restored = store_->restore(stored, sequence_length_, [&](int64_t end, std::vector<std::span<uint8_t>>& out) {
-      written = end;
-      model_.kv_ranges(slot.index, 0, end, true, out);
-    });
-  }
-  slot.kv_high = std::max(slot.kv_high, written);
+  kv_from_.clear();
+  kv_to_.clear();
+  model_.kv_ranges(source, 0, reuse, false, kv_from_);
+  model_.kv_ranges(slot.index, 0, reuse, true, kv_to_);
+  for (size_t r = 0; r < kv_to_.size(); ++r) std::memcpy(kv_to_[r].data(), kv_from_[r].data(), kv_to_[r].size());
+  slot.kv_high = std::max(slot.kv_high, reuse);
+  if (hybrid_) restore_state(slot, snapshot_at_or_before(slots_[source].snapshots, reuse), source, reuse);
   const double seconds = seconds_between(start, Clock::now());
-  if (restored > 0) {
-    char line[160];
-    std::snprintf(line, sizeof line, "sessions: restored %lld tokens from %s into slot %d in %.1f ms (%.2f GB/s)",
-                  static_cast<long long>(restored), from, slot.index, seconds * 1e3,
-                  double(written) * per_token / std::max(seconds, 1e-9) / 1e9);
-    log_info(line);
+  const double bytes = double(reuse) * double(model_.kv_bytes_per_token()) + double(hybrid_ ? state_bytes_ : 0);
+  store_->count_hot_hit(reuse, int64_t(bytes), seconds);
+  char line[160];
+  std::snprintf(line, sizeof line, "sessions: restored %lld tokens from slot %d into slot %d in %.1f ms (%.2f GB/s)",
+                static_cast<long long>(reuse), source, slot.index, seconds * 1e3, bytes / std::max(seconds, 1e-9) / 1e9);
+  log_info(line);
+}
+
+// Puts the state at `position` into a hybrid model's slot: a snapshot's copy, or the live state
+// of slot `source` when no snapshot is there (it ends there).
+void Scheduler::restore_state(Slot& slot, const StateSnapshot* snapshot, int source, int64_t position) {
+  state_to_.clear();
+  model_.state_ranges(slot.index, true, state_to_);
+  if (snapshot && snapshot->position == position) {
+    const uint8_t* from = snapshot->state.get();
+    for (std::span<uint8_t> range : state_to_) {
+      std::memcpy(range.data(), from, range.size());
+      from += range.size();
+    }
+  } else {
+    if (source < 0 || model_.state_end(source) != position)
+      fail("sessions", "no state of position " + std::to_string(position) + " to resume slot " +
+                           std::to_string(slot.index) + " from");
+    state_from_.clear();
+    model_.state_ranges(source, false, state_from_);
+    for (size_t r = 0; r < state_to_.size(); ++r) std::memcpy(state_to_[r].data(), state_from_[r].data(), state_to_[r].size());
   }
-  return restored;
+  model_.set_state_end(slot.index, position);
+  store_->count_hot_snapshots(0, 1, 0);
+}
+
+// The snapshots a hybrid model's prefill takes: where the conversation so far ends (the next
+// turn resumes there), at the end of the prefix another session shares (where the next
+// conversation with the same start resumes), and every interval positions (where any other may).
+std::vector<PlannedCapture> Scheduler::plan_captures(int64_t reuse, int64_t common, int64_t history_end,
+                                                     int64_t reusable) const {
+  std::vector<PlannedCapture> captures;
+  if (!hybrid_ || !store_) return captures;
+  const int64_t interval = options_.state_snapshot_interval;
+  if (interval > 0)
+    for (int64_t p = (reuse / interval + 1) * interval; p <= reusable; p += interval) captures.push_back({p, false});
+  if (history_end > reuse && history_end <= reusable) add_capture(captures, {history_end, false});
+  if (common - reuse >= SessionStore::kBlock && common <= reusable) add_capture(captures, {common, true});
+  return captures;
 }
 
 // Gives the request a slot (placed), or ends it when the KV budget can never hold it (placed
 // too: it is done). wait: no idle slot, or running requests hold the budget it needs. defer: a
 // prefill in flight is writing a longer prefix of its prompt than any held now.
 //
-// Its KV comes from the longest prefix held anywhere: a slot (idle or busy) or the store. The
-// slot it takes is the one that costs least to take; the session that slot held is saved to
-// the store first when its client would resend it. So no session is destroyed to reuse
-// another's shorter prefix, and N conversations sharing a system prompt compute it once.
+// Its KV comes from the longest prefix held anywhere that it can resume (for a hybrid model:
+// that ends at a snapshot of its state): a slot (idle or busy) or the store. The slot it takes
+// is the one that costs least to take; the session that slot held is saved to the store first
+// when its client would resend it. So no session is destroyed to reuse another's shorter
+// prefix, and N conversations sharing a system prompt compute it once. A prefix from the store
+// is copied in on the restorer thread; the request starts when it is in place.
 Scheduler::Placement Scheduler::place(QueuedRequest& queued) {
   const auto& prompt = queued.request.prompt;
-  const bool wants_cache = options_.session_cache && queued.request.use_session_cache;
-  const bool use_cache = wants_cache && !model_.has_recurrent_state();
+  const bool use_cache = options_.session_cache && queued.request.use_session_cache;
   const int64_t reusable = int64_t(prompt.size()) - 1;  // the last token is computed for its logits
-  if (wants_cache && !use_cache)  // what a slot held but cannot resume without its state
-    local_metrics_.recomputed_tokens_total += best_slot_match(slots_, prompt, reusable).tokens;
-  SlotMatch hot = use_cache ? best_slot_match(slots_, prompt, reusable) : SlotMatch{};
+  for (Slot& slot : slots_) slot.state_end = model_.state_end(slot.index);
+  SlotMatch hot = use_cache ? best_slot_match(slots_, prompt, reusable, hybrid_) : SlotMatch{};
   StoredMatch stored = use_cache && store_ ? store_->find(prompt, reusable) : StoredMatch{};
   const bool from_store = stored.tokens > hot.tokens;
   const int source = from_store ? -1 : hot.slot;
   int64_t reuse = from_store ? stored.tokens : hot.tokens;
+  const int64_t common = std::max(hot.common, stored.common);  // held somewhere, resumable or not
   // A prefill in flight will write a longer prefix of this prompt (agents arriving together
-  // with one system prompt, the n choices of one request): wait for it, and copy it then.
+  // with one system prompt, the n choices of one request): wait for it, and copy it then. A
+  // hybrid model can resume it only where that prefill takes a snapshot: it takes one there.
   if (use_cache)
     for (int s = 0; s < int(active_.size()); ++s) {
-      const ActiveRequest* other = active_[s].get();
-      if (!other || int64_t(slots_[s].tokens.size()) >= other->prompt_len) continue;
+      ActiveRequest* other = active_[s].get();
+      const int64_t written = int64_t(slots_[s].tokens.size());
+      if (!other || written >= other->prompt_len) continue;
       std::span<const int32_t> other_prompt(other->sequence.data(), size_t(other->prompt_len));
-      if (std::min<int64_t>(common_prefix(other_prompt, prompt), reusable) >= reuse + SessionStore::kBlock)
+      const int64_t shared = std::min<int64_t>(common_prefix(other_prompt, prompt), reusable);
+      if (shared < reuse + SessionStore::kBlock) continue;
+      if (!hybrid_) return Placement::defer;
+      if (shared > written && store_) {
+        add_capture(other->captures, {shared, true});
         return Placement::defer;
+      }
     }
   const int target = choose_slot(slots_, source, reuse);
   if (target < 0) return Placement::wait;
   Slot& slot = slots_[target];
   const bool in_place = target == source;
 
+  // A stored prefix: what its restore will read (it may have gone meanwhile: then the next
+  // best), taken before the slot's session is saved, which may push it out of RAM.
+  RestorePlan plan;
+  for (int attempt = 0; from_store && reuse > 0 && attempt < 3; ++attempt) {
+    plan = store_->plan_restore(stored, sequence_length_);
+    if (plan.end > 0) break;
+    stored = store_->find(prompt, reusable);
+    reuse = stored.tokens;
+  }
+  if (from_store) reuse = plan.end > 0 ? plan.match.tokens : 0;
+
   // Its session leaves the slot: to the store first if worth it, and its tokens no longer
   // describe the KV from the first position the request rewrites.
   save(slot, in_place ? reuse : 0);
+  const bool state_in_place = in_place && slot.state_end == reuse;
   slot.tokens.resize(in_place ? reuse : 0);
+  drop_snapshots(slot, in_place ? reuse : 0);
   slot.prompt_len = std::min<int64_t>(slot.prompt_len, int64_t(slot.tokens.size()));
 
-  // Committed KV: evict idle sessions (LRU, to the store) before refusing anyone.
-  const int64_t reserve = int64_t(prompt.size()) + queued.max_new;
-  if (!make_room(slot.index, source, std::max(reserve, slot.kv_high))) {
+  // Committed KV: evict idle sessions (LRU, to the store) before refusing anyone. The snapshots
+  // its prefill will take count too.
+  std::vector<PlannedCapture> captures = plan_captures(reuse, common, queued.request.history_end, reusable);
+  int64_t reserve = int64_t(prompt.size()) + queued.max_new + int64_t(captures.size()) * snapshot_positions_;
+  const int64_t own = int64_t(slot.snapshots.size()) * snapshot_positions_;
+  if (!make_room(slot.index, source, std::max(reserve, slot.kv_high) + own)) {
     if (slot.kv_high > reserve) {
       model_.release_kv(slot.index, reserve);
       slot.kv_high = reserve;
     }
-    if (!make_room(slot.index, source, reserve)) {
-      if (running_ > 0) return Placement::wait;  // running requests will give their reservations back
+    if (!make_room(slot.index, source, reserve + own)) {
+      // Running requests (and those being restored) will give their reservations back.
+      if (running_ > 0 || !restoring_.empty()) return Placement::wait;
       const double per_token = double(model_.kv_bytes_per_token());
       queued.stream->push(end_event(
           FinishReason::error, "KV memory budget exceeded: the request needs " + format_mib(reserve * per_token) +
@@ -437,37 +540,121 @@ Scheduler::Placement Scheduler::place(QueuedRequest& queued) {
       return Placement::placed;
     }
   }
-  // A stored session may vanish before it is read (another server replaced its file): then the
-  // next best one is tried.
-  for (int attempt = 0; !in_place && reuse > 0; ++attempt) {
-    int64_t restored = restore_into(slot, source, stored, reuse);
-    if (restored > 0 || source >= 0 || attempt == 2) {
-      reuse = restored;
-      break;
-    }
-    stored = store_->find(prompt, reusable);
-    reuse = stored.tokens;
+  if (from_store && reuse > 0) {
+    restore_in_background(slot, std::move(queued), std::move(plan), reserve, common, std::move(captures));
+    return Placement::placed;
   }
-  if (in_place && reuse > 0) store_->count_hot_hit(reuse, 0, 0);
-  slot.tokens.assign(prompt.begin(), prompt.begin() + reuse);
+  if (reuse > 0 && !in_place) {
+    copy_from_slot(slot, source, reuse);
+  } else if (reuse > 0) {  // in place: the rows are there; a hybrid's state too, or in a snapshot
+    const auto start = Clock::now();
+    if (hybrid_ && !state_in_place) restore_state(slot, snapshot_at_or_before(slot.snapshots, reuse), -1, reuse);
+    store_->count_hot_hit(reuse, hybrid_ && !state_in_place ? int64_t(state_bytes_) : 0,
+                          seconds_between(start, Clock::now()));
+  }
+  occupy(slot, reserve);
+  start(slot, std::move(queued), reuse, common, std::move(captures));
+  return Placement::placed;
+}
 
+// Copies a stored prefix into the slot on the restorer thread: the slot's KV pages are
+// committed here (the model's thread team does it), the bytes are copied or read there, and the
+// request starts once they are in place (finish_restores), while other slots keep decoding.
+void Scheduler::restore_in_background(Slot& slot, QueuedRequest&& queued, RestorePlan plan, int64_t reserve,
+                                      int64_t common, std::vector<PlannedCapture> captures) {
+  auto pending = std::make_unique<PendingRestore>();
+  PendingRestore* job = pending.get();
+  job->queued = std::move(queued);
+  job->slot = slot.index;
+  job->reserve = reserve;
+  job->common = common;
+  job->captures = std::move(captures);
+  job->plan = std::move(plan);
+  model_.kv_ranges(slot.index, 0, job->plan.end, true, job->kv);
+  model_.state_ranges(slot.index, true, job->state);
+  slot.kv_high = std::max(slot.kv_high, job->plan.end);
+  job->start = Clock::now();
+  occupy(slot, reserve);
+  restoring_.push_back(std::move(pending));
+  restorer_.post([this, job] {
+    int64_t restored = 0;
+    try {
+      restored = store_->restore(job->plan, job->kv, job->state, job->inherited);
+    } catch (const std::exception& e) {  // out of memory for a snapshot: computed instead
+      log_warn(std::string("sessions: restore failed: ") + e.what());
+    }
+    std::lock_guard lock(mutex_);
+    job->restored = restored;
+    job->done = true;
+    restores_done_ = true;
+    wake_.notify_one();
+  });
+}
+
+// Starts the requests whose prefix is in place. One whose session went away or failed its
+// checks goes back to the front of the queue, to be placed afresh.
+void Scheduler::finish_restores() {
+  std::vector<std::unique_ptr<PendingRestore>> done;
+  {
+    std::lock_guard lock(mutex_);
+    restores_done_ = false;
+    for (auto& pending : restoring_)
+      if (pending->done) done.push_back(std::move(pending));
+    std::erase(restoring_, nullptr);
+  }
+  for (auto& job : done) {
+    Slot& slot = slots_[job->slot];
+    if (job->restored <= 0) {
+      slot.busy = false;
+      slot.reserved = 0;
+      std::lock_guard lock(mutex_);
+      ++idle_slots_;
+      queue_.push_front(std::move(job->queued));
+      admit_blocked_ = false;
+      continue;
+    }
+    const double seconds = seconds_between(job->start, Clock::now());
+    const double bytes = double(job->plan.end) * double(model_.kv_bytes_per_token()) +
+                         double(hybrid_ ? state_bytes_ : 0);
+    char line[160];
+    std::snprintf(line, sizeof line, "sessions: restored %lld tokens from %s into slot %d in %.1f ms (%.2f GB/s)",
+                  static_cast<long long>(job->restored), tier_name(job->plan.match.tier), slot.index, seconds * 1e3,
+                  bytes / std::max(seconds, 1e-9) / 1e9);
+    log_info(line);
+    if (hybrid_) {
+      model_.set_state_end(slot.index, job->restored);
+      slot.snapshots = std::move(job->inherited);
+      thin_snapshots(slot.snapshots, options_.state_snapshot_interval);
+    }
+    start(slot, std::move(job->queued), job->restored, job->common, std::move(job->captures));
+  }
+}
+
+// The slot is taken: by a request, or by the restore of its prefix.
+void Scheduler::occupy(Slot& slot, int64_t reserve) {
+  slot.busy = true;
+  slot.reserved = reserve;
+  slot.last_used = ++clock_;
+  std::lock_guard lock(mutex_);
+  --idle_slots_;
+}
+
+// The request runs in its (occupied) slot, which holds its first `reuse` positions.
+void Scheduler::start(Slot& slot, QueuedRequest&& queued, int64_t reuse, int64_t common,
+                      std::vector<PlannedCapture> captures) {
+  const auto& prompt = queued.request.prompt;
   const int64_t n_prompt = int64_t(prompt.size());
+  slot.tokens.assign(prompt.begin(), prompt.begin() + reuse);
   samplers_[slot.index].start(queued.request.sampling, prompt);
   active_[slot.index] = std::make_unique<ActiveRequest>(tokenizer_, std::move(queued), reuse);
   if (const auto& scripts = options_.scripted_outputs; !scripts.empty())
     active_[slot.index]->script = &scripts[std::min(scripts_started_++, scripts.size() - 1)];
+  active_[slot.index]->captures = std::move(captures);
   slot.prompt_len = n_prompt;
-  slot.busy = true;
-  slot.reserved = reserve;
-  slot.last_used = ++clock_;
-  {
-    std::lock_guard lock(mutex_);
-    --idle_slots_;
-  }
   ++running_;
   local_metrics_.prompt_tokens_total += n_prompt;
   local_metrics_.cached_tokens_total += reuse;
-  return Placement::placed;
+  local_metrics_.recomputed_tokens_total += std::max<int64_t>(0, common - reuse);
 }
 
 // A decode token for every generating slot.
@@ -485,6 +672,7 @@ void Scheduler::add_decode_tokens(std::vector<BatchToken>& batch, std::vector<Pa
 void Scheduler::build_pass() {
   batch_.clear();
   parts_.clear();
+  captures_.clear();
   add_decode_tokens(batch_, parts_);
   const size_t n_decode = batch_.size();
   int64_t room = std::min(chunk_size_, model_.max_pass_tokens() - int64_t(batch_.size()));
@@ -502,8 +690,16 @@ void Scheduler::build_pass() {
     int64_t begin = int64_t(slots_[next].tokens.size());
     int64_t count = std::min(request.prompt_len - begin, room);
     bool logits = begin + count == request.prompt_len;
-    for (int64_t p = begin; p < begin + count; ++p)
+    auto capture = request.captures.begin();
+    for (int64_t p = begin; p < begin + count; ++p) {
       batch_.push_back({request.sequence[p], next, int32_t(p), logits && p + 1 == begin + count});
+      while (capture != request.captures.end() && capture->position < p + 1) ++capture;
+      if (capture != request.captures.end() && capture->position == p + 1) {
+        StateSnapshot snapshot{p + 1, new_state_buffer(state_bytes_), capture->shared};
+        batch_.back().capture_state = snapshot.state.get();
+        captures_.emplace_back(next, std::move(snapshot));
+      }
+    }
     parts_.push_back({next, count, logits});
     room -= count;
   }
@@ -696,6 +892,7 @@ void Scheduler::take_results(std::span<const PassPart> parts) {
     slot.tokens.insert(slot.tokens.end(), request.sequence.begin() + begin,
                        request.sequence.begin() + begin + part.count);
     slot.kv_high = std::max<int64_t>(slot.kv_high, int64_t(slot.tokens.size()));
+    keep_captures(part.slot);
     if (!part.logits) continue;
     std::span<float> logits(logits_.data() + row * vocab_size_, vocab_size_);
     ++row;
@@ -705,6 +902,23 @@ void Scheduler::take_results(std::span<const PassPart> parts) {
       if (active_[part.slot]) finish(part.slot, FinishReason::error, "generation failed: " + what(e));
     }
   }
+}
+
+// The snapshots the pass took of a slot's state join its session.
+void Scheduler::keep_captures(int slot_index) {
+  Slot& slot = slots_[slot_index];
+  int64_t taken = 0;
+  for (auto& [slot_of, snapshot] : captures_)
+    if (slot_of == slot_index && snapshot.state && snapshot.position <= int64_t(slot.tokens.size())) {
+      add_snapshot(slot.snapshots, std::move(snapshot));
+      ++taken;
+    }
+  if (taken == 0) return;
+  std::erase_if(active_[slot_index]->captures,
+                [&](const PlannedCapture& c) { return c.position <= int64_t(slot.tokens.size()); });
+  const size_t before = slot.snapshots.size();
+  thin_snapshots(slot.snapshots, options_.state_snapshot_interval);
+  store_->count_hot_snapshots(taken, 0, int64_t(before - slot.snapshots.size()));
 }
 
 // A slot's group of speculative tokens: its next token and part.proposed proposals, a row of
@@ -832,6 +1046,7 @@ void Scheduler::finish(int slot_index, FinishReason reason, const std::string& e
   {
     std::lock_guard lock(mutex_);
     ++idle_slots_;
+    admit_blocked_ = false;
   }
   // Metrics first, so a client that saw its request end sees it counted.
   publish_metrics();
@@ -842,6 +1057,9 @@ void Scheduler::abort_all() {
   for (int s = 0; s < int(active_.size()); ++s)
     if (active_[s]) finish(s, FinishReason::abort);
   std::lock_guard lock(mutex_);
+  // Restores in flight keep their slots' memory until the restorer stops (with the scheduler).
+  for (auto& job : restoring_)
+    if (job->queued.stream) job->queued.stream->push(end_event(FinishReason::abort));
   for (QueuedRequest& queued : queue_) queued.stream->push(end_event(FinishReason::abort));
   queue_.clear();
 }
@@ -860,16 +1078,20 @@ void Scheduler::publish_metrics() {
     last_kv_measure_ = now;
     if (store_) local_metrics_.sessions = store_->metrics();
     local_metrics_.sessions.hot.sessions = local_metrics_.sessions.hot.bytes = 0;
+    local_metrics_.sessions.hot.snapshots = 0;
     hot.clear();
     for (const Slot& slot : slots_) {
       if (slot.tokens.empty()) continue;
+      const int64_t snapshot_bytes = int64_t(slot.snapshots.size() * state_bytes_);
       local_metrics_.sessions.hot.sessions++;
-      local_metrics_.sessions.hot.bytes += int64_t(slot.tokens.size() * model_.kv_bytes_per_token());
+      local_metrics_.sessions.hot.bytes += int64_t(slot.tokens.size() * model_.kv_bytes_per_token()) + snapshot_bytes;
+      local_metrics_.sessions.hot.snapshots += int64_t(slot.snapshots.size());
       SessionInfo info;
       info.id = "slot-" + std::to_string(slot.index);
       info.tier = SessionTier::hot;
       info.tokens = int64_t(slot.tokens.size());
-      info.bytes = int64_t(slot.tokens.size() * model_.kv_bytes_per_token());
+      info.bytes = int64_t(slot.tokens.size() * model_.kv_bytes_per_token()) + snapshot_bytes;
+      info.snapshots = int64_t(slot.snapshots.size());
       info.idle_seconds = slot.busy ? -1 : 0;
       hot.push_back(std::move(info));
     }

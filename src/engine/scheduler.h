@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/worker.h"
 #include "engine/drafter.h"
 #include "engine/engine.h"
 #include "engine/sampling.h"
@@ -36,6 +37,12 @@ struct QueuedRequest {
   int speculative_depth = 0;
 };
 
+// A position where a hybrid model's pass is to take a snapshot of a slot's state.
+struct PlannedCapture {
+  int64_t position;
+  bool shared;  // where another session's prefix ends
+};
+
 // A request that owns a slot.
 struct ActiveRequest {
   GenerateRequest request;
@@ -46,6 +53,7 @@ struct ActiveRequest {
   StopStringMatcher stop;
   std::unique_ptr<TokenConstraint> constraint;
   const std::vector<int32_t>* script = nullptr;  // EngineOptions::scripted_outputs: emitted instead of sampling
+  std::vector<PlannedCapture> captures;  // hybrid models: snapshots its prefill takes, by position
   Proposer proposer = Proposer::none;
   SpeculationControl speculation;  // how many tokens it proposes
   Clock::time_point submitted, last_token;
@@ -82,9 +90,19 @@ class Scheduler {
   void admit();
   enum class Placement { placed, wait, defer };
   Placement place(QueuedRequest& queued);
-  int64_t restore_into(Slot& slot, int source, const StoredMatch& stored, int64_t reuse);
+  std::vector<PlannedCapture> plan_captures(int64_t reuse, int64_t common, int64_t history_end,
+                                            int64_t reusable) const;
+  void copy_from_slot(Slot& slot, int source, int64_t reuse);
+  void restore_state(Slot& slot, const StateSnapshot* snapshot, int source, int64_t position);
+  void restore_in_background(Slot& slot, QueuedRequest&& queued, RestorePlan plan, int64_t reserve,
+                             int64_t common, std::vector<PlannedCapture> captures);
+  void finish_restores();
+  void occupy(Slot& slot, int64_t reserve);
+  void start(Slot& slot, QueuedRequest&& queued, int64_t reuse, int64_t common,
+             std::vector<PlannedCapture> captures);
   void save(const Slot& slot, int64_t keep);
   void forget(Slot& slot);
+  void drop_snapshots(Slot& slot, int64_t above);
   void evict(Slot& slot);
   bool make_room(int chosen, int keep, int64_t need);
   void stop_thread();
@@ -96,6 +114,7 @@ class Scheduler {
   bool run_in_parts();
   void decode_between_parts();
   void take_results(std::span<const PassPart> parts);
+  void keep_captures(int slot);
   void fail_parts(std::span<const PassPart> parts, const std::string& error);
   int32_t on_logits(int slot, std::span<float> logits, int32_t proposal = -1);
   void end_at_stop_token(int slot);
@@ -134,8 +153,28 @@ class Scheduler {
   std::vector<BatchToken> spec_batch_;
   std::vector<float> logits_;  // [batch_size][vocab]
   std::unique_ptr<SessionStore> store_;  // null without the session cache
-  std::vector<std::span<uint8_t>> kv_from_, kv_to_;
+  std::vector<std::span<uint8_t>> kv_from_, kv_to_, state_from_, state_to_;
   std::vector<std::span<const uint8_t>> kv_out_;
+  // Hybrid models: the snapshot bytes, what one costs in KV positions under --kv-memory, and
+  // the snapshots the pass being run captures (slot, snapshot).
+  const bool hybrid_;
+  const size_t state_bytes_;
+  const int64_t snapshot_positions_;
+  std::vector<std::pair<int, StateSnapshot>> captures_;
+  // Requests whose prefix the restorer (below) is copying from the store into their slots.
+  struct PendingRestore {
+    QueuedRequest queued;
+    int slot = -1;
+    int64_t reserve = 0, common = 0;
+    std::vector<PlannedCapture> captures;
+    RestorePlan plan;
+    std::vector<std::span<uint8_t>> kv, state;  // the slot's ranges, committed on this thread
+    std::vector<StateSnapshot> inherited;
+    int64_t restored = 0;
+    Clock::time_point start;
+    bool done = false;  // under mutex_
+  };
+  std::vector<std::unique_ptr<PendingRestore>> restoring_;
   uint64_t clock_ = 0;
   int running_ = 0;
   size_t scripts_started_ = 0;
@@ -148,12 +187,15 @@ class Scheduler {
   std::deque<QueuedRequest> queue_;
   int idle_slots_ = 0;
   int64_t placing_ = 0;  // taken off the queue by admit() and not yet placed or put back
+  bool admit_blocked_ = false;  // the queue's head waits for a slot: no use stepping for it
+  bool restores_done_ = false;  // a restore finished: its request may start
   bool stopping_ = false;
   bool drop_hot_ = false;
   EngineMetrics metrics_;
   std::vector<SessionInfo> hot_sessions_;
 
   std::thread thread_;
+  Worker restorer_;  // last: stops first, while what its jobs touch is still there
 };
 
 }  // namespace ellm

@@ -18,21 +18,26 @@ namespace ellm {
 namespace {
 
 constexpr char kMagic[8] = {'E', 'L', 'L', 'M', 'K', 'V', 'S', 'N'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 struct Header {
   char magic[8];
   uint32_t version;
   uint32_t chunk_positions;
-  uint64_t fingerprint, format_hash, n_ranges, row_bytes;
-  uint64_t n_tokens;
-  uint64_t tokens_hash;
-  uint64_t header_hash;  // of every field above
+  uint64_t fingerprint, format_hash, n_ranges, row_bytes, state_bytes;
+  uint64_t n_tokens, n_snapshots;
+  uint64_t tokens_hash, snapshots_hash;  // of the tokens; of the snapshot positions and checksums
+  uint64_t header_hash;                  // of every field above
 };
 
 uint64_t header_hash(const Header& h) { return hash_bytes(&h, offsetof(Header, header_hash)); }
 uint64_t n_chunks(uint64_t n) { return (n + kChunkPositions - 1) / kChunkPositions; }
-uint64_t data_offset(uint64_t n) { return sizeof(Header) + 4 * n + 8 * n_chunks(n); }
+uint64_t snapshots_offset(uint64_t n) { return sizeof(Header) + 4 * n; }
+uint64_t checksums_offset(uint64_t n, uint64_t s) { return snapshots_offset(n) + 16 * s; }
+uint64_t data_offset(uint64_t n, uint64_t s) { return checksums_offset(n, s) + 8 * n_chunks(n); }
+uint64_t states_offset(const Header& h) {
+  return data_offset(h.n_tokens, h.n_snapshots) + h.n_tokens * h.n_ranges * h.row_bytes;
+}
 
 // The pieces of chunk c: for each range, its rows of the chunk's positions.
 template <class Span, class Ptr>
@@ -127,38 +132,72 @@ bool open_checked(const std::string& path, const KvIdentity& identity, Fd& file,
   struct stat st {};
   if (fstat(file.fd, &st) != 0) return why = "cannot stat: " + errno_text(), false;
   file_bytes = uint64_t(st.st_size);
-  if (!read_exact(file.fd, &header, sizeof header, 0)) return why = "truncated header", false;
+  // The magic and the version first: files of another version have another header.
+  if (!read_exact(file.fd, &header, offsetof(Header, fingerprint), 0)) return why = "truncated header", false;
   if (std::memcmp(header.magic, kMagic, sizeof kMagic) != 0) return why = "not a session file", false;
-  if (header_hash(header) != header.header_hash) return why = "corrupt header", false;
-  if (header.version != kVersion || header.chunk_positions != kChunkPositions)
+  if (header.version != kVersion)
     return why = "written by another version (" + std::to_string(header.version) + ")", false;
+  if (!read_exact(file.fd, &header, sizeof header, 0)) return why = "truncated header", false;
+  if (header_hash(header) != header.header_hash) return why = "corrupt header", false;
+  if (header.chunk_positions != kChunkPositions) return why = "another chunk size", false;
   if (header.fingerprint != identity.fingerprint) return why = "written for another model", false;
   if (header.format_hash != identity.format_hash || header.n_ranges != identity.n_ranges ||
-      header.row_bytes != identity.row_bytes)
+      header.row_bytes != identity.row_bytes || header.state_bytes != identity.state_bytes)
     return why = "another KV format", false;
-  const uint64_t n = header.n_tokens;
+  const uint64_t n = header.n_tokens, s = header.n_snapshots;
   if (n == 0 || n > (uint64_t(1) << 32)) return why = "bad token count", false;
-  if (file_bytes != data_offset(n) + n * identity.bytes_per_token())
+  if (s > n || (s > 0 && identity.state_bytes == 0)) return why = "bad snapshot count", false;
+  if (file_bytes != states_offset(header) + s * identity.state_bytes)
     return why = "truncated (" + std::to_string(file_bytes) + " bytes)", false;
+  return true;
+}
+
+// The snapshot table: positions, then the checksums of their states.
+bool read_snapshot_table(int fd, const Header& header, std::vector<int64_t>& positions,
+                         std::vector<uint64_t>& checksums, std::string& why) {
+  positions.resize(header.n_snapshots);
+  checksums.resize(header.n_snapshots);
+  const uint64_t at = snapshots_offset(header.n_tokens);
+  if (!read_exact(fd, positions.data(), positions.size() * 8, at) ||
+      !read_exact(fd, checksums.data(), checksums.size() * 8, at + 8 * header.n_snapshots))
+    return why = "truncated snapshot table", false;
+  uint64_t h = hash_bytes(positions.data(), positions.size() * 8);
+  h = hash_bytes(checksums.data(), checksums.size() * 8, h);
+  if (h != header.snapshots_hash) return why = "corrupt snapshot table", false;
+  for (size_t i = 0; i < positions.size(); ++i)
+    if (positions[i] <= 0 || uint64_t(positions[i]) > header.n_tokens || (i > 0 && positions[i] <= positions[i - 1]))
+      return why = "bad snapshot position", false;
   return true;
 }
 
 }  // namespace
 
-std::string session_file_name(const KvIdentity& identity, std::span<const int32_t> tokens) {
+std::string session_file_name(const KvIdentity& identity, std::span<const int32_t> tokens,
+                              std::span<const StateSnapshot> snapshots) {
   uint64_t h = hash_bytes(&identity.fingerprint, 8, identity.format_hash);
   h = hash_bytes(tokens.data(), tokens.size_bytes(), h);
+  for (const StateSnapshot& snapshot : snapshots) h = hash_bytes(&snapshot.position, 8, h);
   char name[40];
   std::snprintf(name, sizeof name, "%016llx.kv", static_cast<unsigned long long>(h));
   return name;
 }
 
 void write_session_file(const std::string& dir, const std::string& name, const KvIdentity& identity,
-                        std::span<const int32_t> tokens, std::span<const std::span<const uint8_t>> ranges) {
+                        std::span<const int32_t> tokens, std::span<const std::span<const uint8_t>> ranges,
+                        std::span<const StateSnapshot> snapshots) {
   const uint64_t n = tokens.size();
   if (ranges.size() != identity.n_ranges) fail("session file", "KV ranges do not match the model");
   for (const auto& range : ranges)
     if (range.size() < n * identity.row_bytes) fail("session file", "a KV range is shorter than the session");
+  std::vector<int64_t> positions;
+  std::vector<uint64_t> state_checksums;
+  for (const StateSnapshot& snapshot : snapshots) {
+    if (!snapshot.state || identity.state_bytes == 0 || snapshot.position <= 0 || uint64_t(snapshot.position) > n ||
+        (!positions.empty() && snapshot.position <= positions.back()))
+      fail("session file", "a snapshot does not fit the session");
+    positions.push_back(snapshot.position);
+    state_checksums.push_back(hash_bytes(snapshot.state.get(), identity.state_bytes));
+  }
 
   Header header{};
   std::memcpy(header.magic, kMagic, sizeof kMagic);
@@ -168,8 +207,12 @@ void write_session_file(const std::string& dir, const std::string& name, const K
   header.format_hash = identity.format_hash;
   header.n_ranges = identity.n_ranges;
   header.row_bytes = identity.row_bytes;
+  header.state_bytes = identity.state_bytes;
   header.n_tokens = n;
+  header.n_snapshots = positions.size();
   header.tokens_hash = hash_bytes(tokens.data(), tokens.size_bytes());
+  header.snapshots_hash = hash_bytes(state_checksums.data(), state_checksums.size() * 8,
+                                     hash_bytes(positions.data(), positions.size() * 8));
   header.header_hash = header_hash(header);
 
   std::vector<uint64_t> checksums(n_chunks(n));
@@ -190,11 +233,14 @@ void write_session_file(const std::string& dir, const std::string& name, const K
   try {
     write_all(file.fd, &header, sizeof header, path);
     write_all(file.fd, tokens.data(), tokens.size_bytes(), path);
+    write_all(file.fd, positions.data(), positions.size() * 8, path);
+    write_all(file.fd, state_checksums.data(), state_checksums.size() * 8, path);
     write_all(file.fd, checksums.data(), checksums.size() * 8, path);
     for (uint64_t c = 0; c < checksums.size(); ++c) {
       chunk_pieces<std::span<const uint8_t>, const uint8_t*>(ranges, identity.row_bytes, c, n, pieces);
       write_pieces(file.fd, pieces, path);
     }
+    for (const StateSnapshot& snapshot : snapshots) write_all(file.fd, snapshot.state.get(), identity.state_bytes, path);
     if (::fsync(file.fd) != 0) fail(path, "fsync failed: " + errno_text());
     ::close(file.fd);
     file.fd = -1;
@@ -220,6 +266,8 @@ std::optional<SessionFileInfo> read_session_info(const std::string& path, const 
     return why = "truncated tokens", std::nullopt;
   if (hash_bytes(info.tokens.data(), info.tokens.size() * 4) != header.tokens_hash)
     return why = "corrupt tokens", std::nullopt;
+  std::vector<uint64_t> checksums;
+  if (!read_snapshot_table(file.fd, header, info.snapshots, checksums, why)) return std::nullopt;
   return info;
 }
 
@@ -235,9 +283,9 @@ bool read_session_kv(const std::string& path, const KvIdentity& identity, int64_
   if (dst.size() != identity.n_ranges) return why = "KV ranges do not match", false;
   const uint64_t chunks = n_chunks(uint64_t(end));
   std::vector<uint64_t> checksums(chunks);
-  if (!read_exact(file.fd, checksums.data(), chunks * 8, sizeof header + 4 * n))
+  if (!read_exact(file.fd, checksums.data(), chunks * 8, checksums_offset(n, header.n_snapshots)))
     return why = "truncated checksums", false;
-  uint64_t offset = data_offset(n);
+  uint64_t offset = data_offset(n, header.n_snapshots);
   std::vector<iovec> pieces;
   for (uint64_t c = 0; c < chunks; ++c) {
     chunk_pieces<std::span<uint8_t>, uint8_t*>(dst, identity.row_bytes, c, n, pieces);
@@ -247,6 +295,25 @@ bool read_session_kv(const std::string& path, const KvIdentity& identity, int64_
     if (pieces_hash(pieces) != checksums[c]) return why = "corrupt KV (checksum of chunk " + std::to_string(c) + ")", false;
     offset += bytes;
   }
+  return true;
+}
+
+bool read_session_state(const std::string& path, const KvIdentity& identity, int64_t position,
+                        uint8_t* dst, std::string& why) {
+  Fd file;
+  Header header{};
+  uint64_t file_bytes = 0;
+  if (!open_checked(path, identity, file, header, file_bytes, why)) return false;
+  std::vector<int64_t> positions;
+  std::vector<uint64_t> checksums;
+  if (!read_snapshot_table(file.fd, header, positions, checksums, why)) return false;
+  auto at = std::find(positions.begin(), positions.end(), position);
+  if (at == positions.end()) return why = "no snapshot at position " + std::to_string(position), false;
+  const uint64_t i = uint64_t(at - positions.begin());
+  if (!read_exact(file.fd, dst, identity.state_bytes, states_offset(header) + i * identity.state_bytes))
+    return why = "truncated state", false;
+  if (hash_bytes(dst, identity.state_bytes) != checksums[i])
+    return why = "corrupt state (checksum of the snapshot at " + std::to_string(position) + ")", false;
   return true;
 }
 

@@ -1,17 +1,24 @@
 #pragma once
-// A session on disk: its tokens and the KV of every position, in one file that checks itself.
-//   header (magic, version, model fingerprint, KV format hash, shape, hashes)
+// A session on disk: its tokens, the KV of every position and, for a hybrid model, snapshots of
+// its recurrent state, in one file that checks itself (version 2; files of version 1, which
+// held no snapshots, are skipped).
+//   header      magic, version, model fingerprint, KV format hash, shape, counts, hashes
 //   tokens      int32 [n_tokens]
+//   snapshots   int64 [n_snapshots] positions, then uint64 [n_snapshots] checksums of their states
 //   checksums   uint64 [n_chunks]        one per chunk of kChunkPositions positions
 //   chunks      for each chunk: for each KV range, the rows of the chunk's positions
+//   states      [n_snapshots][state_bytes]
 // Chunks are position-major, so restoring a prefix reads the front of the file, sequentially,
-// and checks exactly the bytes it read. Files are written to a temporary name, synced, then
-// renamed: a reader sees a whole file or none, even with several servers on one directory.
+// then one state, and checks exactly the bytes it read. Files are written to a temporary name,
+// synced, then renamed: a reader sees a whole file or none, even with several servers on one
+// directory.
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "engine/snapshot.h"
 
 namespace ellm {
 
@@ -23,22 +30,27 @@ struct KvIdentity {
   uint64_t format_hash = 0;   // hash of Model::kv_format()
   uint64_t n_ranges = 0;      // byte ranges per position (layers x K/V)
   uint64_t row_bytes = 0;     // bytes of one position in one range
+  uint64_t state_bytes = 0;   // of one snapshot of the recurrent state (0: the model has none)
   uint64_t bytes_per_token() const { return n_ranges * row_bytes; }
   bool operator==(const KvIdentity&) const = default;
 };
 
 struct SessionFileInfo {
   std::vector<int32_t> tokens;
+  std::vector<int64_t> snapshots;  // positions
   uint64_t file_bytes = 0;
 };
 
-// The file name a session gets (content-addressed: same model, same tokens, same name).
-std::string session_file_name(const KvIdentity& identity, std::span<const int32_t> tokens);
+// The file name a session gets (content-addressed: same model, tokens and snapshots, same name).
+std::string session_file_name(const KvIdentity& identity, std::span<const int32_t> tokens,
+                              std::span<const StateSnapshot> snapshots);
 
-// Writes a session whose KV is `ranges` (n_ranges spans of tokens.size() rows each) to
-// dir/name atomically. Throws Error (the temporary file removed) when it cannot.
+// Writes a session whose KV is `ranges` (n_ranges spans of tokens.size() rows each), with its
+// snapshots (their states in memory), to dir/name atomically. Throws Error (the temporary file
+// removed) when it cannot.
 void write_session_file(const std::string& dir, const std::string& name, const KvIdentity& identity,
-                        std::span<const int32_t> tokens, std::span<const std::span<const uint8_t>> ranges);
+                        std::span<const int32_t> tokens, std::span<const std::span<const uint8_t>> ranges,
+                        std::span<const StateSnapshot> snapshots);
 
 // Reads and checks a file's header and tokens. nullopt with `why` set when the file is not a
 // session of this identity (truncated, corrupt, another model or version).
@@ -50,5 +62,9 @@ std::optional<SessionFileInfo> read_session_info(const std::string& path, const 
 // session's length. Checks every chunk it read. Returns false, with `why`, on any failure.
 bool read_session_kv(const std::string& path, const KvIdentity& identity, int64_t end,
                      std::span<const std::span<uint8_t>> dst, std::string& why);
+
+// Reads the snapshot at `position` into dst (state_bytes) and checks it.
+bool read_session_state(const std::string& path, const KvIdentity& identity, int64_t position,
+                        uint8_t* dst, std::string& why);
 
 }  // namespace ellm

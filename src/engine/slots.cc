@@ -10,14 +10,26 @@ size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
   return i;
 }
 
+int64_t resumable(const Slot& slot, int64_t common, bool hybrid) {
+  if (!hybrid || common == 0) return common;
+  if (common == int64_t(slot.tokens.size()) && slot.state_end == common) return common;
+  const StateSnapshot* s = snapshot_at_or_before(slot.snapshots, common);
+  return s ? s->position : 0;
+}
+
 SlotMatch best_slot_match(std::span<const Slot> slots, std::span<const int32_t> prompt,
-                          int64_t max_tokens) {
+                          int64_t max_tokens, bool hybrid) {
   SlotMatch best;
   for (const Slot& slot : slots) {
-    int64_t n = std::min<int64_t>(common_prefix(slot.tokens, prompt), max_tokens);
+    const int64_t common = std::min<int64_t>(common_prefix(slot.tokens, prompt), max_tokens);
+    const int64_t n = resumable(slot, common, hybrid);
+    best.common = std::max(best.common, common);
     // Among equals an idle slot wins: the request may then take it without copying.
     bool better = n > best.tokens || (n == best.tokens && n > 0 && !slot.busy && slots[best.slot].busy);
-    if (better) best = {slot.index, n};
+    if (better) {
+      best.slot = slot.index;
+      best.tokens = n;
+    }
   }
   return best;
 }
@@ -52,11 +64,12 @@ int choose_slot(std::span<const Slot> slots, int source, int64_t reuse) {
   return best;
 }
 
-int64_t committed_positions(std::span<const Slot> slots, int except) {
+int64_t committed_positions(std::span<const Slot> slots, int except, int64_t snapshot_positions) {
   int64_t total = 0;
   for (const Slot& slot : slots)
     if (slot.index != except)
-      total += std::max(slot.kv_high, slot.busy ? slot.reserved : 0);
+      total += std::max(slot.kv_high, slot.busy ? slot.reserved : 0) +
+               int64_t(slot.snapshots.size()) * snapshot_positions;
   return total;
 }
 

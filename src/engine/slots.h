@@ -7,6 +7,8 @@
 #include <span>
 #include <vector>
 
+#include "engine/snapshot.h"
+
 namespace ellm {
 
 struct Slot {
@@ -16,7 +18,11 @@ struct Slot {
   int64_t kv_high = 0;          // positions whose KV pages may be resident (>= tokens.size())
   int64_t reserved = 0;         // positions its running request may reach; 0 when idle
   uint64_t last_used = 0;       // LRU clock of the last admission or finish
-  bool busy = false;
+  bool busy = false;            // running a request, or having its prefix restored
+  // Hybrid models: snapshots of the state inside tokens (captured by passes, or brought along
+  // from the store), and where the model's live state ends (Model::state_end, -1: not valid).
+  std::vector<StateSnapshot> snapshots;
+  int64_t state_end = -1;
 };
 
 size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b);
@@ -24,12 +30,18 @@ size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b);
 struct SlotMatch {
   int slot = -1;       // -1: no slot shares a prefix
   int64_t tokens = 0;  // positions of that slot's KV the prompt can reuse
+  int64_t common = 0;  // the longest prefix of the prompt any slot holds, resumable or not
 };
 
-// The slot, idle or busy, holding the longest prefix of the prompt, at most max_tokens of it.
-// A busy slot's rows below its written tokens never change, so they may be copied.
+// Where a slot can resume a prompt sharing `common` of its tokens: there, or for a hybrid model
+// at its furthest snapshot within them (its live state, when that ends there, is one too).
+int64_t resumable(const Slot& slot, int64_t common, bool hybrid);
+
+// The slot, idle or busy, holding the longest resumable prefix of the prompt, at most
+// max_tokens of it. A busy slot's rows below its written tokens never change, so they may be
+// copied (between passes, so may its live state).
 SlotMatch best_slot_match(std::span<const Slot> slots, std::span<const int32_t> prompt,
-                          int64_t max_tokens);
+                          int64_t max_tokens, bool hybrid);
 
 // Prompt tokens of a slot's session that keeping only `keep` positions would lose: what its
 // client would send again.
@@ -48,7 +60,7 @@ bool worth_saving(const Slot& slot, int64_t keep);
 int choose_slot(std::span<const Slot> slots, int source, int64_t reuse);
 
 // Positions committed by all slots but `except`: a busy slot counts what it reserved, an idle
-// one the pages it still holds.
-int64_t committed_positions(std::span<const Slot> slots, int except);
+// one the pages it still holds; each snapshot a slot holds counts as `snapshot_positions`.
+int64_t committed_positions(std::span<const Slot> slots, int except, int64_t snapshot_positions);
 
 }  // namespace ellm

@@ -7,6 +7,8 @@
 // Its size does not depend on the sequence length.
 #include <algorithm>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "base/memory.h"
 
@@ -24,6 +26,17 @@ class GdnState {
 
   float* conv(int64_t layer, int64_t slot) const { return base(layer, slot); }
   float* S(int64_t layer, int64_t slot) const { return base(layer, slot) + conv_floats_; }
+  // The same places in a snapshot: bytes_per_slot() bytes holding one slot's state as laid out
+  // here (each layer's conv window, then its S).
+  float* conv_in(uint8_t* snapshot, int64_t layer) const {
+    return reinterpret_cast<float*>(snapshot) + layer * (conv_floats_ + s_floats_);
+  }
+  float* S_in(uint8_t* snapshot, int64_t layer) const { return conv_in(snapshot, layer) + conv_floats_; }
+  // A slot's state as one byte range per layer, in the order of a snapshot.
+  void ranges(int64_t slot, std::vector<std::span<uint8_t>>& out) const {
+    for (int64_t l = 0; l < n_layers_; ++l)
+      out.emplace_back(reinterpret_cast<uint8_t*>(base(l, slot)), size_t(conv_floats_ + s_floats_) * sizeof(float));
+  }
   // The state of an empty sequence (all zeros), in every layer.
   void reset(int64_t slot) {
     for (int64_t l = 0; l < n_layers_; ++l)

@@ -59,6 +59,11 @@ struct BatchToken {
   // Part of a group of tokens being checked (speculative decoding) that may be cut short:
   // the slot's speculative tokens, over one or more passes, stay open until accept().
   bool speculative = false;
+  // Hybrid models: where the pass copies the slot's recurrent state once this token is folded
+  // in (the state at position + 1): state_bytes_per_slot() bytes, laid out as the ranges of
+  // state_ranges() one after another. Null: no copy. The pass computes the slot's tokens up to
+  // here and after here as two runs, so the copy is exactly the state a pass ending here leaves.
+  uint8_t* capture_state = nullptr;
 };
 
 class Model {
@@ -103,6 +108,16 @@ class Model {
   // at position 0 (which resets the state); anything else throws.
   virtual bool has_recurrent_state() const { return false; }
   virtual size_t state_bytes_per_slot() const { return 0; }
+  // A slot's recurrent state as byte ranges (one per Gated DeltaNet layer), for copying
+  // snapshots in and out as kv_ranges does for KV; none without a recurrent state. for_write
+  // makes the state not valid until set_state_end names the position it now holds.
+  virtual void state_ranges(int slot, bool for_write, std::vector<std::span<uint8_t>>& out) {}
+  // After a snapshot of the state at `position` (tokens [0, position) folded in) was copied in
+  // with the KV rows below it: the slot's next pass may continue at `position`.
+  virtual void set_state_end(int slot, int64_t position) {}
+  // Where the slot's state ends: the position its next pass may continue at (besides 0); -1
+  // when it is not valid. Models without a recurrent state return -1.
+  virtual int64_t state_end(int slot) const { return -1; }
   virtual size_t weight_bytes() const = 0;
 
   // Speculative decoding. A slot's speculative tokens (BatchToken::speculative, at most

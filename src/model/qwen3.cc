@@ -241,6 +241,8 @@ void Qwen3Model::validate(std::span<const BatchToken> tokens) const {
     if (t.position < 0 || t.position >= limits_.sequence_length)
       fail("forward", "position " + std::to_string(t.position) + " is beyond the sequence length " +
                           std::to_string(limits_.sequence_length));
+    if (t.capture_state && !config_.is_hybrid())
+      fail("forward", "a token asks for a copy of its recurrent state, but this model has none");
   }
 }
 
@@ -562,8 +564,12 @@ void Qwen3Model::kv_ranges(int slot, int64_t begin, int64_t end, bool for_write,
 
 // Bump the version whenever the KV rows' meaning changes (dtype, RoPE, row layout).
 std::string Qwen3Model::kv_format() const {
-  if (config_.is_hybrid())  // KV of the full-attention layers only, RoPE on the rotary dims
+  if (config_.is_hybrid())  // KV of the full-attention layers only, RoPE on the rotary dims;
+    // snapshots of the state (state_ranges): per GDN layer the conv window, then S, FP32
     return "qwen35-kv v1 f16 layers=" + std::to_string(config_.num_hidden_layers) +
+           " state=f32 conv[" + std::to_string(config_.linear_conv_kernel_dim - 1) + "][" +
+           std::to_string(config_.conv_dim()) + "] S[" + std::to_string(config_.linear_num_value_heads) + "][" +
+           std::to_string(config_.linear_key_head_dim) + "][" + std::to_string(config_.linear_value_head_dim) + "]" +
            " full=" + std::to_string(kv_.bytes_per_token() / (2 * sizeof(f16) * size_t(config_.kv_dim()))) +
            " kv_heads=" + std::to_string(config_.num_key_value_heads) +
            " head_dim=" + std::to_string(config_.head_dim) +
@@ -572,6 +578,26 @@ std::string Qwen3Model::kv_format() const {
   return "qwen3-kv v1 f16 layers=" + std::to_string(config_.num_hidden_layers) +
          " kv_heads=" + std::to_string(config_.num_key_value_heads) +
          " head_dim=" + std::to_string(config_.head_dim) + " rope_theta=" + std::to_string(config_.rope_theta);
+}
+
+void Qwen3Model::state_ranges(int slot, bool for_write, std::vector<std::span<uint8_t>>& out) {
+  if (slot < 0 || slot >= limits_.batch_size)
+    fail("state_ranges", "slot " + std::to_string(slot) + " does not exist");
+  if (!config_.is_hybrid()) return;
+  if (for_write) state_end_[slot] = -1;
+  state_.ranges(slot, out);
+}
+
+void Qwen3Model::set_state_end(int slot, int64_t position) {
+  if (slot < 0 || slot >= limits_.batch_size || position < 0 || position > limits_.sequence_length)
+    fail("set_state_end", "slot " + std::to_string(slot) + " position " + std::to_string(position) +
+                              " is outside the cache");
+  if (config_.is_hybrid()) state_end_[slot] = position;
+}
+
+int64_t Qwen3Model::state_end(int slot) const {
+  if (slot < 0 || slot >= limits_.batch_size || !config_.is_hybrid()) return -1;
+  return state_end_[slot];
 }
 
 void Qwen3Model::release_kv(int slot, int64_t from_position) {

@@ -110,6 +110,9 @@ class Qwen3Model final : public Model {
   size_t kv_bytes_per_token() const override { return kv_.bytes_per_token(); }
   bool has_recurrent_state() const override { return config_.is_hybrid(); }
   size_t state_bytes_per_slot() const override { return state_.bytes_per_slot(); }
+  void state_ranges(int slot, bool for_write, std::vector<std::span<uint8_t>>& out) override;
+  void set_state_end(int slot, int64_t position) override;
+  int64_t state_end(int slot) const override;
   size_t weight_bytes() const override { return weights_.bytes; }
   void kv_ranges(int slot, int64_t begin, int64_t end, bool for_write,
                  std::vector<std::span<uint8_t>>& out) override;

@@ -2,6 +2,7 @@
 // ../shared/QWEN35.md section 4): the Gated DeltaNet layer, the gated full attention and the
 // MoE block's shared expert. Everything but the inputs of the matrix products is FP32.
 #include <cmath>
+#include <cstring>
 
 #include "model/qwen3.h"
 
@@ -15,6 +16,11 @@ float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // 
 // Below this many tokens of one slot the recurrence costs less than a chunk (bench_gdn: a token
 // of a 128 x 128 head takes 2.3 us, a chunk of 17 tokens 21 us and one of 64 tokens 64 us).
 constexpr int64_t kRecurrentRun = 16;
+
+// Where the state after a run's last token is to be copied (BatchToken::capture_state).
+uint8_t* captured_after(const PassRows& r, const SlotRun& run) {
+  return r.tokens[run.begin + run.count - 1].capture_state;
+}
 
 }  // namespace
 
@@ -69,8 +75,9 @@ void Qwen3Model::apply_output_gate(const PassRows& r) {
 int64_t Qwen3Model::find_slot_runs(std::span<const BatchToken> tokens) {
   int64_t n_runs = 0, n_slots = 0;
   for (int64_t t = 0; t < int64_t(tokens.size()); ++t) {
+    // A run ends where a state is captured: its chunks of the delta rule end there too.
     if (t > 0 && tokens[t].slot == tokens[t - 1].slot &&
-        tokens[t].position == tokens[t - 1].position + 1) {
+        tokens[t].position == tokens[t - 1].position + 1 && !tokens[t - 1].capture_state) {
       ++act_.runs[n_runs - 1].count;
       continue;
     }
@@ -126,10 +133,14 @@ void Qwen3Model::gdn_block(int64_t layer, const PassRows& r) {
       if (c0 >= c1) return;
       for (int64_t s = 0; s < n_slots; ++s)
         each_run(s, [&](const SlotRun& run) {
+          float* window = state_.conv(state_layer, run.slot);
           for (int64_t t = run.begin; t < run.begin + run.count; t += kConvRows)
             conv1d_silu(act_.gdn_qkvz + t * P + c0, std::min(kConvRows, run.begin + run.count - t), P,
-                        state_.conv(state_layer, run.slot) + c0, G.conv.get() + c0, taps, c1 - c0,
-                        CD, act_.gdn_u + t * CD + c0, CD);
+                        window + c0, G.conv.get() + c0, taps, c1 - c0, CD, act_.gdn_u + t * CD + c0, CD);
+          if (uint8_t* snapshot = captured_after(r, run))
+            for (int64_t row = 0; row < taps - 1; ++row)
+              std::memcpy(state_.conv_in(snapshot, state_layer) + row * CD + c0, window + row * CD + c0,
+                          size_t(c1 - c0) * sizeof(float));
         });
     });
   });
@@ -181,6 +192,8 @@ void Qwen3Model::gdn_block(int64_t layer, const PassRows& r) {
             else
               gated_delta_chunk(S, dk, dv, q, k, CD, v, CD, g, beta, Hv, len, o, VD, scratch);
           }
+          if (uint8_t* snapshot = captured_after(r, run))
+            std::memcpy(state_.S_in(snapshot, state_layer) + j * dk * dv, S, size_t(dk * dv) * sizeof(float));
         });
       }
     });

@@ -273,6 +273,17 @@ void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
       });
 }
 
+// Where the conversation so far ends in the prompt's ids: before the generation prompt, which
+// the next turn's history replaces with the reply as rendered (templates drop earlier turns'
+// reasoning), so it diverges there. 0 when the template does not render the history as a prefix.
+int64_t Server::Impl::history_end(const std::vector<int32_t>& ids, const std::string& prompt,
+                                  const std::string& history) const {
+  if (history.empty() || prompt.size() <= history.size() || prompt.compare(0, history.size(), history) != 0) return 0;
+  const std::vector<int32_t> tail = engine.encode(prompt.substr(history.size()));
+  if (tail.empty() || tail.size() >= ids.size() || !std::equal(tail.rbegin(), tail.rend(), ids.rbegin())) return 0;
+  return int64_t(ids.size() - tail.size());
+}
+
 void Server::Impl::chat_completions(const httplib::Request& req, httplib::Response& res) {
   ChatRequest request = parse_chat_request(parse_body(req.body), engine.default_sampling());
   check_model_name(request.model);
@@ -284,6 +295,9 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   std::string prompt = chat_template.render(request.messages, tools,
                                             /*add_generation_prompt=*/true, request.template_kwargs);
   request.generate.prompt = engine.encode(prompt);
+  if (engine.resumes_at_snapshots())
+    request.generate.history_end = history_end(request.generate.prompt, prompt,
+                                               chat_template.render(request.messages, tools, false, request.template_kwargs));
   request.generate.constraint = chat_constraint(request, options.tool_call_format, options.parse_reasoning, prompt);
   const bool forced_calls = request.tool_choice != "auto" && request.tool_choice != "none";
 

@@ -62,7 +62,7 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, co
   scalar("ellm:prompt_tokens_total", "counter", "Prompt tokens received.", m.prompt_tokens_total);
   scalar("ellm:generation_tokens_total", "counter", "Tokens generated.", m.generation_tokens_total);
   scalar("ellm:session_cache_hit_tokens_total", "counter", "Prompt tokens served from the session cache instead of prefilled.", m.cached_tokens_total);
-  scalar("ellm:session_cache_recomputed_tokens_total", "counter", "Prompt tokens a slot held but prefilled again (a hybrid model resumes only with its recurrent state).", m.recomputed_tokens_total);
+  scalar("ellm:session_cache_recomputed_tokens_total", "counter", "Prompt tokens held in a session but prefilled again (a hybrid model resumes only at a snapshot of its recurrent state).", m.recomputed_tokens_total);
   scalar("ellm:requests_finished_total", "counter", "Requests finished (any reason).", m.requests_finished_total);
   scalar("ellm:kv_cache_resident_bytes", "gauge", "KV cache memory committed in RAM.", static_cast<double>(m.kv_resident_bytes));
   scalar("ellm:kv_cache_budget_bytes", "gauge", "KV cache memory budget (--kv-memory).", static_cast<double>(m.kv_budget_bytes));
@@ -76,13 +76,20 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, co
   using T = SessionTierMetrics;
   per_tier("ellm:session_hits_total", "counter", "Requests whose prompt prefix was restored from this tier (hot: a slot).", [](const T& t) { return t.hits; });
   per_tier("ellm:session_hit_tokens_total", "counter", "Prompt tokens served from this tier.", [](const T& t) { return t.tokens; });
-  per_tier("ellm:session_restored_bytes_total", "counter", "KV bytes copied from this tier into slots.", [](const T& t) { return t.bytes_in; });
-  per_tier("ellm:session_stored_bytes_total", "counter", "KV bytes copied into this tier.", [](const T& t) { return t.bytes_out; });
+  per_tier("ellm:session_restored_bytes_total", "counter", "KV and snapshot bytes copied from this tier into slots.", [](const T& t) { return t.bytes_in; });
+  per_tier("ellm:session_stored_bytes_total", "counter", "KV and snapshot bytes copied into this tier.", [](const T& t) { return t.bytes_out; });
   per_tier("ellm:session_restore_seconds_total", "counter", "Seconds spent restoring from this tier.", [](const T& t) { return t.restore_seconds; });
   per_tier("ellm:session_evictions_total", "counter", "Sessions this tier's budget pushed out (to the next tier or dropped).", [](const T& t) { return t.evictions; });
   per_tier("ellm:session_failures_total", "counter", "Failed session writes or restores (the session is dropped; serving goes on).", [](const T& t) { return t.failures; });
   per_tier("ellm:sessions", "gauge", "Sessions held in this tier.", [](const T& t) { return t.sessions; });
-  per_tier("ellm:session_bytes", "gauge", "KV bytes held in this tier.", [](const T& t) { return t.bytes; });
+  per_tier("ellm:session_bytes", "gauge", "KV and snapshot bytes held in this tier.", [](const T& t) { return t.bytes; });
+  per_tier("ellm:session_snapshots_taken_total", "counter", "Snapshots of a hybrid model's recurrent state taken into this tier (hot: by prefill passes).", [](const T& t) { return t.snapshots_taken; });
+  per_tier("ellm:session_snapshot_bytes_taken_total", "counter", "Bytes of the snapshots taken into this tier.", [](const T& t) { return t.snapshot_bytes_taken; });
+  per_tier("ellm:session_snapshots_restored_total", "counter", "Snapshots copied from this tier into slots.", [](const T& t) { return t.snapshots_restored; });
+  per_tier("ellm:session_snapshot_bytes_restored_total", "counter", "Bytes of the snapshots restored from this tier.", [](const T& t) { return t.snapshot_bytes_restored; });
+  per_tier("ellm:session_snapshots_evicted_total", "counter", "Snapshots this tier let go (to the next tier, or dropped).", [](const T& t) { return t.snapshots_evicted; });
+  per_tier("ellm:session_snapshot_bytes_evicted_total", "counter", "Bytes of the snapshots this tier let go.", [](const T& t) { return t.snapshot_bytes_evicted; });
+  per_tier("ellm:session_snapshots", "gauge", "Snapshots held in this tier.", [](const T& t) { return t.snapshots; });
   auto per_proposer = [&](const char* name, const char* help, auto field) {
     out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " counter\n";
     for (int p = int(Proposer::ngram); p < int(Proposer::count); ++p)

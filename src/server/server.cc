@@ -114,6 +114,7 @@ Server::Impl::Impl(Engine& engine, const ChatTemplate& chat_template, ServerOpti
     json data = json::array();
     for (const SessionInfo& s : this->engine.list_sessions())
       data.push_back({{"id", s.id}, {"tier", tier_name(s.tier)}, {"tokens", s.tokens}, {"bytes", s.bytes},
+                      {"snapshots", s.snapshots},
                       {"idle_seconds", s.idle_seconds < 0 ? json(nullptr) : json(s.idle_seconds)}});
     send_json(res, 200, {{"object", "list"}, {"data", data}});
   });

@@ -25,6 +25,7 @@ struct Server::Impl {
 
   // Shared steps of a generation request.
   void check_model_name(const std::string& requested) const;
+  int64_t history_end(const std::vector<int32_t>& ids, const std::string& prompt, const std::string& history) const;
   std::shared_ptr<RequestStream> submit(GenerateRequest request);
   // n choices of one prompt: n requests, choice i seeded with seed + i when a seed is given. The
   // engine prefills the prompt once and copies it to the others (a prefill in flight is waited

@@ -3,10 +3,17 @@
 // the logits at a position depend on every token the slot's cache holds up to there. So any
 // scheduler bug (a stale prefix reused, a position skipped, a token fed twice) changes the
 // output, and forward() checks the Model contract strictly.
+//
+// As a hybrid model (hybrid = true) it also keeps, per slot, a recurrent state: the hash of the
+// tokens folded in so far and their count, padded to kStateBytes with bytes derived from them.
+// The logits then come from that state, a pass may continue a slot only where its state ends,
+// and a state that does not match the slot's KV, or whose bytes are damaged, fails the pass: so
+// a session resumed without its snapshot, or with another one, cannot go unnoticed.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <span>
 #include <string>
@@ -24,28 +31,33 @@ class FakeModel : public Model {
   static constexpr int32_t kFirstTextId = 1000, kTextIds = 3000;  // plain BPE words
   static constexpr size_t kBytesPerToken = 1024;
 
-  FakeModel(int64_t vocab_size, ServingLimits limits) : limits_(limits) {
+  static constexpr size_t kStateBytes = 64;  // 16 positions of its "KV"
+
+  FakeModel(int64_t vocab_size, ServingLimits limits, bool hybrid = false) : limits_(limits), hybrid_(hybrid) {
     config_.vocab_size = vocab_size;
     if (limits_.chunk_size <= 0) limits_.chunk_size = limits_.sequence_length;
     kv_.assign(limits_.batch_size, std::vector<int32_t>(limits_.sequence_length, -1));
     fed_.assign(limits_.batch_size, 0);
+    state_.assign(limits_.batch_size, std::vector<uint8_t>(kStateBytes, 0));
+    state_end_.assign(limits_.batch_size, 0);
+    written_.assign(limits_.batch_size, 0);
   }
 
   // The next-token rule: a hash of the slot's whole history.
+  static constexpr uint64_t kEmptyHash = 1469598103934665603ull;
+  static uint64_t fold(uint64_t h, int32_t token) { return (h ^ uint64_t(token)) * 1099511628211ull; }
   static uint64_t history_hash(std::span<const int32_t> tokens) {
-    uint64_t h = 1469598103934665603ull;
-    for (int32_t t : tokens) h = (h ^ uint64_t(t)) * 1099511628211ull;
+    uint64_t h = kEmptyHash;
+    for (int32_t t : tokens) h = fold(h, t);
     return h;
   }
-  static int32_t favourite(std::span<const int32_t> tokens) {
-    return kFirstTextId + int32_t(history_hash(tokens) % kTextIds);
-  }
+  static int32_t favourite_of(uint64_t h) { return kFirstTextId + int32_t(h % kTextIds); }
+  static int32_t favourite(std::span<const int32_t> tokens) { return favourite_of(history_hash(tokens)); }
   // Logits for a history: a clear favourite, a runner-up, everything else low.
-  static void fill_logits(std::span<const int32_t> tokens, float* row, int64_t vocab) {
+  static void fill_logits(uint64_t h, float* row, int64_t vocab) {
     std::fill(row, row + vocab, -5.0f);
-    uint64_t h = history_hash(tokens);
     for (int k = 0; k < 8; ++k) row[kFirstTextId + (h >> (8 + 5 * k)) % kTextIds] = float(k % 4);
-    row[favourite(tokens)] = 10.0f;
+    row[favourite_of(h)] = 10.0f;
   }
 
   const ModelConfig& config() const override { return config_; }
@@ -119,25 +131,85 @@ class FakeModel : public Model {
       for (int32_t p = 0; p < t.position; ++p)
         if (kv[p] < 0) fail("fake", "KV before position " + std::to_string(t.position) + " not written");
       kv[t.position] = t.token;
+      written_[t.slot] = std::max<int64_t>(written_[t.slot], t.position + 1);
       ++fed_[t.slot];
       ++tokens_fed_;
+      uint64_t h = history_hash(std::span(kv).first(t.position + 1));
+      if (hybrid_) h = fold_state(t);
       if (t.want_logits) {
-        fill_logits(std::span(kv).first(t.position + 1), logits + row * vocab_size(), vocab_size());
+        fill_logits(h, logits + row * vocab_size(), vocab_size());
         ++row;
       }
     }
   }
 
+  // The state's bytes: hash, count, then bytes derived from both.
+  static void write_state(std::vector<uint8_t>& state, uint64_t h, uint64_t count) {
+    std::memcpy(state.data(), &h, 8);
+    std::memcpy(state.data() + 8, &count, 8);
+    for (size_t i = 16; i < state.size(); ++i) state[i] = uint8_t((h >> (i % 56)) + count + i);
+  }
+  // Folds token t into its slot's state, checking the contract and the state's bytes; returns
+  // the hash the logits come from.
+  uint64_t fold_state(const BatchToken& t) {
+    std::vector<uint8_t>& state = state_[t.slot];
+    int64_t& end = state_end_[t.slot];
+    if (t.position == 0) {
+      write_state(state, kEmptyHash, 0);
+    } else if (t.position != end) {
+      const std::string why = "slot " + std::to_string(t.slot) + " continues at " + std::to_string(t.position) +
+                              " but its recurrent state ends at " + std::to_string(end);
+      end = -1;
+      fail("fake", why);
+    }
+    uint64_t h = 0, count = 0;
+    std::memcpy(&h, state.data(), 8);
+    std::memcpy(&count, state.data() + 8, 8);
+    std::vector<uint8_t> expected(kStateBytes);
+    write_state(expected, h, count);
+    if (expected != state || int64_t(count) != t.position) fail("fake", "the recurrent state is damaged");
+    if (h != history_hash(std::span(kv_[t.slot]).first(t.position)))
+      fail("fake", "the recurrent state does not match the KV of slot " + std::to_string(t.slot));
+    h = fold(h, t.token);
+    write_state(state, h, count + 1);
+    end = t.position + 1;
+    if (t.capture_state) std::memcpy(t.capture_state, state.data(), kStateBytes);
+    return h;
+  }
+
  public:
+  bool has_recurrent_state() const override { return hybrid_; }
+  size_t state_bytes_per_slot() const override { return hybrid_ ? kStateBytes : 0; }
+  void state_ranges(int slot, bool for_write, std::vector<std::span<uint8_t>>& out) override {
+    if (!hybrid_) return;
+    std::lock_guard lock(mutex_);
+    if (for_write) state_end_[slot] = -1;
+    out.emplace_back(state_[slot].data(), kStateBytes);
+  }
+  void set_state_end(int slot, int64_t position) override {
+    std::lock_guard lock(mutex_);
+    uint64_t count = 0;
+    std::memcpy(&count, state_[slot].data() + 8, 8);
+    if (int64_t(count) != position)
+      fail("fake", "a state of " + std::to_string(count) + " tokens placed at position " + std::to_string(position));
+    state_end_[slot] = position;
+  }
+  int64_t state_end(int slot) const override {
+    std::lock_guard lock(mutex_);
+    return hybrid_ ? state_end_[slot] : -1;
+  }
   void release_kv(int slot, int64_t from_position) override {
     std::lock_guard lock(mutex_);
     ++releases_;
     for (int64_t p = from_position; p < limits_.sequence_length; ++p) kv_[slot][p] = -1;
+    written_[slot] = std::min<int64_t>(written_[slot], from_position);
+    if (from_position < state_end_[slot]) state_end_[slot] = -1;
   }
+  // From the positions written, not their contents: a restore may be writing a slot meanwhile.
   size_t kv_resident_bytes() const override {
     std::lock_guard lock(mutex_);
     size_t n = 0;
-    for (auto& kv : kv_) n += std::count_if(kv.begin(), kv.end(), [](int32_t t) { return t >= 0; });
+    for (int64_t high : written_) n += size_t(high);
     return n * kBytesPerToken;
   }
   size_t kv_bytes_per_token() const override { return kBytesPerToken; }
@@ -147,9 +219,14 @@ class FakeModel : public Model {
                  std::vector<std::span<uint8_t>>& out) override {
     if (slot < 0 || slot >= limits_.batch_size || begin < 0 || begin > end || end > limits_.sequence_length)
       fail("fake", "kv_ranges outside the cache");
+    if (for_write && end > 0) {
+      std::lock_guard lock(mutex_);
+      state_end_[slot] = -1;
+      written_[slot] = std::max(written_[slot], end);
+    }
     out.emplace_back(reinterpret_cast<uint8_t*>(kv_[slot].data() + begin), size_t(end - begin) * sizeof(int32_t));
   }
-  std::string kv_format() const override { return "fake-kv v1"; }
+  std::string kv_format() const override { return hybrid_ ? "fake-kv v1 with a recurrent state" : "fake-kv v1"; }
   uint64_t fingerprint() const override { return fingerprint_; }
   uint64_t fingerprint_ = 42;
 
@@ -167,7 +244,11 @@ class FakeModel : public Model {
   ModelConfig config_;
   ServingLimits limits_;
   mutable std::mutex mutex_;
+  bool hybrid_ = false;
   std::vector<std::vector<int32_t>> kv_;  // [slot][position] token, -1 = not written
+  std::vector<std::vector<uint8_t>> state_;  // [slot] hybrid: hash, count, derived bytes
+  std::vector<int64_t> state_end_;           // [slot] where the state ends, -1: not valid
+  std::vector<int64_t> written_;             // [slot] positions below this may hold KV
   std::vector<int64_t> fed_;
   std::atomic<int64_t> tokens_fed_{0}, passes_{0}, max_pass_seen_{0}, releases_{0};
   std::atomic<int64_t> split_passes_{0}, parts_run_{0}, passes_between_parts_{0};

@@ -1,6 +1,9 @@
 // The session store on the real tiny models, on every tier this machine has: output computed
 // from KV restored from RAM, from disk, or copied from another conversation's shared prefix is
-// identical to output computed from scratch, greedy and with a fixed seed.
+// identical to output computed from scratch, greedy and with a fixed seed. The hybrid models
+// resume from snapshots of their recurrent state (at the end of the last turn, at the end of the
+// shared system prompt); their greedy output equals the output from scratch wherever the margin
+// is clear (engine_test_util.h, expect_same_at_clear_margins).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -36,6 +39,16 @@ struct Case {
 
 class SessionModel : public ::testing::TestWithParam<Case> {};
 
+bool hybrid(const Case& c) { return c.model.find("qwen35") != std::string::npos; }
+
+// out against the reference: the same tokens (a hybrid model's: up to a near-tie of the reference).
+void expect_same_output(const Case& c, const Outcome& out, const Outcome& reference, const std::string& what) {
+  if (hybrid(c))
+    expect_same_at_clear_margins(c.model, out, reference, what);
+  else
+    EXPECT_EQ(out.ids, reference.ids) << what;
+}
+
 TEST_P(SessionModel, RestoredOutputEqualsOutputFromScratch) {
   const Case c = GetParam();
   const std::string dir = fs::temp_directory_path().string() + "/ellm-session-model-" + std::to_string(getpid());
@@ -66,20 +79,27 @@ TEST_P(SessionModel, RestoredOutputEqualsOutputFromScratch) {
         history[conv].insert(history[conv].end(), message.begin(), message.end());
         GenerateRequest request = greedy(history[conv], 6);
         request.ignore_eos = true;
-        if (conv == 1) {  // a fixed seed
+        request.sampling.top_logprobs = 2;  // the margins of the reference
+        // A fixed seed; not for a hybrid model, whose logits after a resume are equal only
+        // within the golden tolerance, which may move a sample across a threshold.
+        if (conv == 1 && !hybrid(c)) {
           request.sampling.temperature = 0.9f;
           request.sampling.seed = 1234 + turn;
         }
         Outcome out = collect(engine->submit(request));
         request.use_session_cache = false;
         Outcome reference = collect(cold->submit(request));
-        EXPECT_EQ(out.ids, reference.ids) << "turn " << turn << " conversation " << conv;
+        expect_same_output(c, out, reference, "turn " + std::to_string(turn) + " conversation " + std::to_string(conv));
         if (turn > 0) EXPECT_GT(out.end.cached_tokens, int64_t(history[conv].size()) - 40);
         history[conv].insert(history[conv].end(), out.ids.begin(), out.ids.end());
       }
     SessionMetrics m = engine->metrics().sessions;
     EXPECT_GT(m.hot.hits, 0) << "the shared system prompt reused in the slot";
     EXPECT_GT(c.tier == "disk" ? m.disk.hits : m.ram.hits, 0);
+    if (hybrid(c)) {
+      EXPECT_GT(m.hot.snapshots_taken, 0) << "where the shared system prompt ends";
+      EXPECT_GT(c.tier == "disk" ? m.disk.snapshots_restored : m.ram.snapshots_restored, 0);
+    }
     engine.reset();
   }
   set_active_isa(best_isa());
@@ -104,10 +124,13 @@ TEST_P(SessionModel, ASharedPrefixCopiedFromAnotherSlotGivesTheSameOutput) {
                            " asks.<|im_end|>\n<|im_start|>assistant\n");
       GenerateRequest request = greedy(prompt, 6);
       request.ignore_eos = true;
+      request.sampling.top_logprobs = 2;
       Outcome out = collect(engine->submit(request));
       request.use_session_cache = false;
-      EXPECT_EQ(out.ids, collect(cold->submit(request)).ids) << "conversation " << conv;
-      if (conv > 0) EXPECT_GT(out.end.cached_tokens, 60);
+      expect_same_output(c, out, collect(cold->submit(request)), "conversation " + std::to_string(conv));
+      // A hybrid model's second conversation computes the shared prompt again (no snapshot
+      // where it ends yet) and takes one there; the third resumes from it.
+      if (conv > (hybrid(c) ? 1 : 0)) EXPECT_GT(out.end.cached_tokens, 60) << "conversation " << conv;
     }
     EXPECT_GE(engine->metrics().sessions.hot.bytes_in, 1) << "rows were copied between slots";
   }
@@ -116,7 +139,9 @@ TEST_P(SessionModel, ASharedPrefixCopiedFromAnotherSlotGivesTheSameOutput) {
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, SessionModel,
                          ::testing::Values(Case{"tiny-qwen3", "ram"}, Case{"tiny-qwen3", "disk"},
-                                           Case{"tiny-qwen3-moe", "ram"}, Case{"tiny-qwen3-moe", "disk"}),
+                                           Case{"tiny-qwen3-moe", "ram"}, Case{"tiny-qwen3-moe", "disk"},
+                                           Case{"tiny-qwen35", "ram"}, Case{"tiny-qwen35", "disk"},
+                                           Case{"tiny-qwen35-moe", "ram"}, Case{"tiny-qwen35-moe", "disk"}),
                          [](const auto& info) {
                            std::string name = info.param.model + "_" + info.param.tier;
                            std::replace(name.begin(), name.end(), '-', '_');

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 
@@ -301,6 +302,44 @@ TEST_P(GoldenSession, PassInPartsEqualsOnePass) {
     EXPECT_THROW(model->forward(clash, step.data()), Error);
     model->cancel_pass();
   }
+}
+
+// A session resumed in another slot from a copy of its KV rows (and, for a hybrid model, of
+// its recurrent state captured by the prefill pass) passes the reference rule: the first
+// prompt positions (four fifths of the prompt) computed in slot 0, everything after them in slot 1.
+TEST_P(GoldenSession, ResumedFromACopyPassesTheReferenceRule) {
+  const std::string name = GetParam();
+  Golden golden(name);
+  auto model = Model::load(model_dir(name), small_limits(256, 2, ActivationDtype::bf16));
+  const int64_t V = model->vocab_size();
+  const int32_t at = int32_t(golden.feeds[0].size()) * 4 / 5;
+  const std::vector<int32_t>& prompt = golden.feeds[0];
+  ASSERT_GT(int32_t(prompt.size()), at);
+  std::vector<uint8_t> snapshot(model->state_bytes_per_slot());
+  std::vector<BatchToken> batch;
+  for (int32_t p = 0; p < int32_t(prompt.size()); ++p) batch.push_back({prompt[p], 0, p, true});
+  if (model->has_recurrent_state()) batch[at - 1].capture_state = snapshot.data();
+  std::vector<float> logits(prompt.size() * size_t(V));
+  model->forward(batch, logits.data());
+
+  test::resume_from_copy(*model, 0, 1, at, snapshot);
+
+  std::vector<std::vector<int32_t>> rest = {std::vector<int32_t>(prompt.begin() + at, prompt.end())};
+  rest.insert(rest.end(), golden.feeds.begin() + 1, golden.feeds.end());
+  std::vector<float> resumed(size_t(at) * V);
+  std::copy(logits.begin(), logits.begin() + int64_t(at) * V, resumed.begin());
+  int32_t position = at;
+  for (const auto& chunk : rest) {
+    batch.clear();
+    for (int32_t id : chunk) batch.push_back({id, 1, position++, true});
+    resumed.resize(resumed.size() + chunk.size() * size_t(V));
+    model->forward(batch, resumed.data() + resumed.size() - chunk.size() * size_t(V));
+  }
+  Score s = score(golden, resumed);
+  std::printf("[golden %s resumed at %d] err p50 %.4f p90 %.4f max %.4f, %.1f%% within atol\n", name.c_str(),
+              at, s.percentile(0.5), s.percentile(0.9), s.percentile(1.0), 100 * s.fraction_within);
+  EXPECT_GE(s.fraction_within, 0.9);
+  EXPECT_EQ(s.argmax_mismatches, 0);
 }
 
 TEST_P(GoldenSession, ReleasedKvIsRecomputedIdentically) {

@@ -117,6 +117,22 @@ inline std::vector<float> run_tokens(Model& model, const std::vector<int32_t>& i
   return logits;
 }
 
+// Gives slot `to` the KV rows below `end` of slot `from` and a snapshot of the recurrent state
+// at `end` (hybrid models), then lets it continue at `end`.
+inline void resume_from_copy(Model& model, int from, int to, int64_t end, const std::vector<uint8_t>& snapshot) {
+  std::vector<std::span<uint8_t>> src, dst, state;
+  model.kv_ranges(from, 0, end, false, src);
+  model.kv_ranges(to, 0, end, true, dst);
+  for (size_t r = 0; r < dst.size(); ++r) std::memcpy(dst[r].data(), src[r].data(), dst[r].size());
+  model.state_ranges(to, true, state);
+  size_t offset = 0;
+  for (std::span<uint8_t> range : state) {
+    std::memcpy(range.data(), snapshot.data() + offset, range.size());
+    offset += range.size();
+  }
+  model.set_state_end(to, end);
+}
+
 // Quantised logits `got` against `ref` ([positions][vocab] each): mean KL(ref || got), top-1
 // agreement where ref's top-1 margin exceeds margin_min, and the largest |logit difference|.
 struct Fidelity {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 
@@ -272,6 +273,70 @@ TEST(Qwen35Forward, ASlotResumesOnlyWithItsState) {
   std::vector<std::span<uint8_t>> ranges;
   model->kv_ranges(0, 0, 10, /*for_write=*/true, ranges);
   EXPECT_NE(error_of([&] { step(10); }).find("is not valid"), std::string::npos);
+  // Its state written for a restore: not valid until the restore names the position it holds.
+  model->set_state_end(0, 10);
+  EXPECT_EQ(error_of([&] { step(10); }), "");
+  ranges.clear();
+  model->state_ranges(0, /*for_write=*/true, ranges);
+  EXPECT_EQ(ranges.size(), 6u) << "one range per Gated DeltaNet layer";
+  EXPECT_NE(error_of([&] { step(11); }).find("is not valid"), std::string::npos);
+}
+
+// Snapshots (sessions of hybrid models): a pass copies a slot's state after a token it marks,
+// splitting that slot's delta-rule chunks there. The copy is the state a pass ending there
+// leaves, bit for bit; the marked pass's logits are those of two passes split there; and that
+// copy with the KV rows below it resumes another slot exactly where the first one was.
+TEST(Qwen35Snapshots, ACapturedStateResumesAnotherSlotBitForBit) {
+  for (const std::string name : {"tiny-qwen35", "tiny-qwen35-moe"}) {
+    const std::vector<int32_t> all = golden_tokens(name);
+    const std::vector<int32_t> tokens(all.begin(), all.begin() + 100);
+    const int32_t at = 70;  // the snapshot holds the state after tokens [0, 70), past a chunk of 64
+    const Isa saved = active_isa();
+    for (Isa isa : supported_isas()) {
+      SCOPED_TRACE(name + " " + isa_name(isa));
+      set_active_isa(isa);
+      auto model = Model::load(shared_model(name), limits(256, 2));
+      const int64_t V = model->vocab_size();
+      std::vector<uint8_t> snapshot(model->state_bytes_per_slot(), 0xee);
+      auto batch_of = [&](int slot, int32_t begin, int32_t end) {
+        std::vector<BatchToken> batch;
+        for (int32_t p = begin; p < end; ++p) batch.push_back({tokens[p], slot, p, true});
+        return batch;
+      };
+      // Slot 0: one pass over all 100, capturing after token 69.
+      std::vector<BatchToken> marked = batch_of(0, 0, 100);
+      marked[at - 1].capture_state = snapshot.data();
+      std::vector<float> one_pass(100 * size_t(V));
+      model->forward(marked, one_pass.data());
+      // Slot 1: two passes split there; the state between them is the snapshot.
+      std::vector<float> split(100 * size_t(V));
+      model->forward(batch_of(1, 0, at), split.data());
+      std::vector<std::span<uint8_t>> state;
+      model->state_ranges(1, false, state);
+      std::vector<uint8_t> between;
+      for (auto range : state) between.insert(between.end(), range.begin(), range.end());
+      EXPECT_EQ(between, snapshot) << "the captured state is the state of a pass ending there";
+      model->forward(batch_of(1, at, 100), split.data() + at * V);
+      EXPECT_EQ(one_pass, split) << "a capture splits the pass exactly as two passes do";
+
+      // Slot 1 from slot 0's KV rows below 70 and the snapshot: the rest as slot 0 had it.
+      model->release_kv(1, 0);
+      test::resume_from_copy(*model, 0, 1, at, snapshot);
+      EXPECT_EQ(model->state_end(1), at);
+      std::vector<float> resumed((100 - at) * size_t(V));
+      model->forward(batch_of(1, at, 100), resumed.data());
+      EXPECT_TRUE(std::equal(resumed.begin(), resumed.end(), one_pass.begin() + at * V))
+          << "resumed from the snapshot: the same bits as the pass it was taken in";
+      EXPECT_EQ(model->state_end(1), 100);
+    }
+    set_active_isa(saved);
+  }
+  // A model without a recurrent state has none to capture.
+  auto dense = Model::load(shared_model("tiny-qwen3"), limits());
+  uint8_t byte = 0;
+  std::vector<BatchToken> batch = {{1, 0, 0, true, false, &byte}};
+  std::vector<float> logits(size_t(dense->vocab_size()));
+  EXPECT_NE(error_of([&] { dense->forward(batch, logits.data()); }).find("has none"), std::string::npos);
 }
 
 // tiny-qwen35-moe with its fused experts split into one tensor per expert (the FP8 checkpoints'
