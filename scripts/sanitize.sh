@@ -50,6 +50,9 @@ export UBSAN_OPTIONS="print_stacktrace=1:log_path=$logs/ubsan"
 # of its reports are false and why. Our own code is never suppressed.
 export TSAN_OPTIONS="suppressions=$root/.ci/tsan.supp:second_deadlock_stack=1:log_path=$logs/tsan"
 
+# The model and engine tests run on the best tier only (tests/tiers_under_test.h): the kernels'
+# tests walk every tier's memory, and each tier's numerics are the release run's.
+export ELLM_TEST_TIERS=best
 status=0
 cd "$dir"
 if [ "$kind" = asan ]; then

@@ -24,18 +24,24 @@ def free_port():
 
 class Server:
     def __init__(self, model=TINY, *extra, api_key=None, sequence_length=512):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
-        args = [BIN, "serve", "--model-path", model, "--host", "127.0.0.1", "--port", str(self.port),
-                "--sequence-length", str(sequence_length), "--batch-size", "2", "--max-body-size", "1M", *extra]
-        if api_key:
-            args += ["--api-key", api_key]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()  # printed once the model is loaded and bound
-        if "serving" not in line:
+        # The free port may be taken by another test between free_port() and the server's bind
+        # (ellm then refuses to start: it never shares a port), so a refused port is drawn again.
+        for attempt in range(5):
+            self.port = free_port()
+            self.base = f"http://127.0.0.1:{self.port}"
+            args = [BIN, "serve", "--model-path", model, "--host", "127.0.0.1", "--port", str(self.port),
+                    "--sequence-length", str(sequence_length), "--batch-size", "2", "--max-body-size", "1M", *extra]
+            if api_key:
+                args += ["--api-key", api_key]
+            self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            line = self.proc.stdout.readline()  # printed once the model is loaded and bound
+            if "serving" in line:
+                return
             self.proc.kill()
-            raise RuntimeError("server did not start: " + line + self.proc.stderr.read())
+            error = line + self.proc.stderr.read()
+            if "cannot listen" not in error or attempt == 4:
+                raise RuntimeError("server did not start: " + error)
 
     def __enter__(self):
         return self

@@ -14,6 +14,7 @@
 #include "engine_test_util.h"
 #include "model/model.h"
 #include "text/tokenizer/tokenizer.h"
+#include "tiers_under_test.h"
 
 namespace ellm {
 namespace {
@@ -52,7 +53,7 @@ void expect_same_output(const Case& c, const Outcome& out, const Outcome& refere
 TEST_P(SessionModel, RestoredOutputEqualsOutputFromScratch) {
   const Case c = GetParam();
   const std::string dir = fs::temp_directory_path().string() + "/ellm-session-model-" + std::to_string(getpid());
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : test::tiers_under_test()) {
     SCOPED_TRACE(std::string("tier ") + isa_name(isa));
     set_active_isa(isa);
     fs::remove_all(dir);
@@ -110,7 +111,7 @@ TEST_P(SessionModel, RestoredOutputEqualsOutputFromScratch) {
 TEST_P(SessionModel, ASharedPrefixCopiedFromAnotherSlotGivesTheSameOutput) {
   const Case c = GetParam();
   if (c.tier != "ram") GTEST_SKIP() << "slot-to-slot copies do not touch the store's tiers";
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : test::tiers_under_test()) {
     SCOPED_TRACE(std::string("tier ") + isa_name(isa));
     set_active_isa(isa);
     auto engine = make_engine(c.model, 3, {});

@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "engine_fake_model.h"
 #include "engine_test_util.h"
+#include "tiers_under_test.h"
 
 namespace ellm {
 namespace {
@@ -171,7 +172,7 @@ TEST_P(SpeculativeModel, GreedyOutputIsPlainOutputWithEveryProposer) {
   const bool hybrid = GetParam().find("qwen35") != std::string::npos;
   std::vector<std::vector<int32_t>> prompts = {prompt_of(24, 5), prompt_of(12, 6)};
   for (int i = 0; i < 16; ++i) prompts[1].push_back(prompts[1][size_t(i)]);  // something to look up
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : test::tiers_under_test()) {
     set_active_isa(isa);
     ServingLimits l = spec_limits(96, 2, 3);
     l.mtp = hybrid;

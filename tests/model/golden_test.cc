@@ -14,6 +14,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model_test_util.h"
+#include "tiers_under_test.h"
 
 namespace ellm {
 namespace {
@@ -156,7 +157,7 @@ class GoldenSession : public testing::TestWithParam<std::string> {
 TEST_P(GoldenSession, PassesTheReferenceRuleOnEveryIsa) {
   const std::string name = GetParam();
   Golden golden(name);
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : test::tiers_under_test()) {
     set_active_isa(isa);  // before loading: weights are packed for it
     auto model = Model::load(model_dir(name), small_limits(160, 1, ActivationDtype::bf16));
     Score s = score(golden, run_feeds(*model, golden.feeds));
@@ -176,7 +177,7 @@ TEST_P(GoldenSession, Int8ActivationsKeepEveryClearArgmaxWithinThreeAtol) {
   if (!is_int4(name)) GTEST_SKIP() << "int8 activations are for INT4 weights";
   Golden golden(name);
   const double atol = golden.session["atol"];
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : test::tiers_under_test()) {
     set_active_isa(isa);
     auto model = Model::load(model_dir(name), small_limits(160, 1, ActivationDtype::int8));
     const std::vector<float> logits = run_feeds(*model, golden.feeds);
@@ -200,7 +201,7 @@ TEST_P(GoldenSession, Int8ActivationsKeepEveryClearArgmaxWithinThreeAtol) {
 TEST_P(GoldenSession, OneShotPrefillEqualsChunkedFeeding) {
   const std::string name = GetParam();
   Golden golden(name);
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : test::tiers_under_test()) {
     set_active_isa(isa);
     auto model = Model::load(model_dir(name), small_limits(256));
     std::vector<float> chunked = run_feeds(*model, golden.feeds);
@@ -215,7 +216,7 @@ TEST_P(GoldenSession, OneShotPrefillEqualsChunkedFeeding) {
 TEST_P(GoldenSession, SlotsBatchedTogetherMatchSlotsRunAlone) {
   const std::string name = GetParam();
   Golden golden(name);
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : test::tiers_under_test()) {
     set_active_isa(isa);
     auto model = Model::load(model_dir(name), small_limits(160, 2));
     const int64_t V = model->vocab_size();
@@ -261,7 +262,7 @@ TEST_P(GoldenSession, SlotsBatchedTogetherMatchSlotsRunAlone) {
 TEST_P(GoldenSession, PassInPartsEqualsOnePass) {
   const std::string name = GetParam();
   Golden golden(name);
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : test::tiers_under_test()) {
     set_active_isa(isa);
     auto model = Model::load(model_dir(name), small_limits(160, 2));
     const int64_t V = model->vocab_size();

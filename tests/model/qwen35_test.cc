@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model_test_util.h"
+#include "tiers_under_test.h"
 
 namespace ellm {
 namespace {
@@ -211,7 +212,7 @@ TEST(Qwen35Forward, AnyChunkingGivesTheSameLogitsOnEveryTier) {
         test::read_text(test::shared_dir() + "/golden/" + name + "/session.json"));
     const double atol = session["atol"];
     const Isa saved = active_isa();
-    for (Isa isa : supported_isas()) {
+    for (Isa isa : test::tiers_under_test()) {
       set_active_isa(isa);
       auto model = Model::load(shared_model(name), limits());
       const int64_t V = model->vocab_size();
@@ -292,7 +293,7 @@ TEST(Qwen35Snapshots, ACapturedStateResumesAnotherSlotBitForBit) {
     const std::vector<int32_t> tokens(all.begin(), all.begin() + 100);
     const int32_t at = 70;  // the snapshot holds the state after tokens [0, 70), past a chunk of 64
     const Isa saved = active_isa();
-    for (Isa isa : supported_isas()) {
+    for (Isa isa : test::tiers_under_test()) {
       SCOPED_TRACE(name + " " + isa_name(isa));
       set_active_isa(isa);
       auto model = Model::load(shared_model(name), limits(256, 2));

@@ -9,6 +9,7 @@
 #include "base/cpu.h"
 #include "model/model.h"
 #include "model_test_util.h"
+#include "tiers_under_test.h"
 
 namespace ellm {
 namespace {
@@ -72,7 +73,7 @@ class Speculative : public testing::TestWithParam<std::string> {
 };
 
 TEST_P(Speculative, GroupsGiveDecodeRowsAndRollBackExactly) {
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : test::tiers_under_test()) {
     set_active_isa(isa);
     const std::string what = GetParam() + " " + isa_name(isa);
     auto model = Model::load(model_dir(GetParam()), spec_limits());
