@@ -91,6 +91,7 @@ int cmd_serve(int argc, char** argv) {
   CLI::App app{"OpenAI/vLLM-compatible HTTP server", "ellm serve"};
   std::string model_path, host = "0.0.0.0", served_name, api_key, chat_template_file, tool_parser;
   std::string kv_memory = "0", max_body = "8M", scripted;
+  double scripted_token_ms = 0;
   std::string session_memory, session_dir, session_disk, replica_id, speculative = "none";
   int64_t num_speculative_tokens = -1;
   int64_t state_snapshot_interval = EngineOptions{}.state_snapshot_interval;
@@ -152,6 +153,7 @@ int cmd_serve(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--num-speculative-tokens", num_speculative_tokens,
                  "most tokens a stream proposes per pass (default 4 with --speculative; fewer while few are kept)");
+  app.add_option("--scripted-token-ms", scripted_token_ms, "testing: wait this long before each scripted token");
   app.add_option("--scripted-output", scripted, "testing: comma-separated token ids emitted instead of sampling; several scripts separated by ';' serve the requests in turn, the last one repeating");
   try {
     // A flag given twice takes its last value, as in vLLM (and wrapper scripts rely on it).
@@ -264,6 +266,7 @@ int cmd_serve(int argc, char** argv) {
   engine_options.eos_token_ids = defaults.eos_token_ids;
   engine_options.default_sampling = defaults.sampling;
   if (!scripted.empty()) engine_options.scripted_outputs = parse_scripts(scripted);
+  engine_options.scripted_token_seconds = scripted_token_ms / 1000;
   engine_options.speculative = proposer;
   engine_options.num_speculative_tokens = num_speculative_tokens;
 

@@ -72,6 +72,9 @@ struct EngineOptions {
   // first request to start takes the first script, the next the second, and so on; the last
   // script serves every request after.
   std::vector<std::vector<int32_t>> scripted_outputs;
+  // Testing hook: the scheduler waits this long before each scripted token, so a stream's
+  // tokens come apart at a pace its reader keeps up with (a slow reader gets them merged).
+  double scripted_token_seconds = 0;
   // Speculative decoding (engine/speculation.h): the proposer of requests that do not name one,
   // and the most tokens a stream proposes per pass (0: no speculative decoding; the model must
   // be loaded with ServingLimits::speculative_tokens at least this). Streams propose fewer

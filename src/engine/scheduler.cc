@@ -985,6 +985,8 @@ int32_t Scheduler::on_logits(int slot, std::span<float> logits, int32_t proposal
   // Rows past the tokenizer's last id pad the embedding (Qwen3: 151,936 rows, 151,669 ids): never sampled.
   std::fill(logits.begin() + std::min<int64_t>(tokenizer_.vocab_size(), int64_t(logits.size())),
             logits.end(), -INFINITY);
+  if (script && options_.scripted_token_seconds > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(options_.scripted_token_seconds));
   int32_t token = script ? (*script)[request.generated] : sampler.sample(logits, proposal);
   if (constraint) constraint->accept(token);
   StreamEvent event;

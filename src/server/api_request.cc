@@ -47,7 +47,7 @@ json parse_body(std::string_view body, int max_depth) {
     // Say why: a second parse with exceptions names the byte and the problem (a parse_error, or
     // an out_of_range for a number beyond double such as 1e999999).
     try {
-      (void)json::parse(body);
+      [[maybe_unused]] json again = json::parse(body);
     } catch (const json::exception& e) {
       throw_bad_request(std::string("request body is not valid JSON: ") + e.what());
     }

@@ -29,7 +29,9 @@ def main():
         check(status == 200, "tokenize")
         status, end = s.post("/tokenize", {"prompt": "<|im_end|>"})
         scripted = ids["tokens"] + end["tokens"]
-    with Server(TINY, "--scripted-output", ",".join(map(str, scripted))) as s:
+    # 20 ms a token: the streamed call comes in several deltas however late the client reads
+    # (the engine merges what a reader has not taken yet).
+    with Server(TINY, "--scripted-output", ",".join(map(str, scripted)), "--scripted-token-ms", "20") as s:
         node(s.base, "tools")
     print("ok")
 
