@@ -318,6 +318,7 @@ void Scheduler::admit() {
       ++placing_;  // still counts as waiting for the queue's limit
     }
     Placement placement = Placement::placed;
+    placed_in_slot_ = false;
     try {
       placement = place(queued);
     } catch (const std::exception& e) {
@@ -325,7 +326,7 @@ void Scheduler::admit() {
     }
     if (placement == Placement::placed) {
       std::lock_guard lock(mutex_);
-      --placing_;
+      if (!placed_in_slot_) --placing_;
       continue;
     }
     passed.push_back(std::move(queued));
@@ -637,6 +638,11 @@ void Scheduler::occupy(Slot& slot, int64_t reserve) {
   slot.last_used = ++clock_;
   std::lock_guard lock(mutex_);
   --idle_slots_;
+  // In the same step the request stops counting as placed-but-waiting, or a request arriving
+  // meanwhile would see it twice (in placing_ and in the slot it took) and get a 429 that
+  // --max-queue 0 promises only when every slot is taken.
+  --placing_;
+  placed_in_slot_ = true;
 }
 
 // The request runs in its (occupied) slot, which holds its first `reuse` positions.

@@ -187,6 +187,7 @@ class Scheduler {
   std::deque<QueuedRequest> queue_;
   int idle_slots_ = 0;
   int64_t placing_ = 0;  // taken off the queue by admit() and not yet placed or put back
+  bool placed_in_slot_ = false;  // admit()'s request took its slot (occupy), so no longer counts in placing_
   bool admit_blocked_ = false;  // the queue's head waits for a slot: no use stepping for it
   bool restores_done_ = false;  // a restore finished: its request may start
   bool stopping_ = false;

@@ -28,6 +28,11 @@ using NormRopeFn = void(const float* x, int64_t n_heads, int64_t head_dim, const
 using RopePartialFn = void(float* x, int64_t n_heads, int64_t ldx, int64_t rotary_dim,
                            const float* cos, const float* sin);
 using SiluMulFn = void(const float* gate, const float* up, float* out, int64_t count);
+// out[t][r] = x[t] . w[r] (x: [m][dim] at stride ldx, w: [rows][dim], out at stride ldo), FP32 in
+// one order on every tier: input i goes into lane i % kDotLanes by FMA, then the lanes are summed
+// as a tree (finish_dot_lanes).
+using DotRowsF32Fn = void(const float* x, int64_t m, int64_t ldx, const float* w, int64_t rows,
+                          int64_t dim, float* out, int64_t ldo);
 using Conv1dSiluFn = void(const float* x, int64_t n, int64_t ldx, float* window,
                           const float* weight, int64_t taps, int64_t channels, int64_t ld,
                           float* out, int64_t ldo);
@@ -113,6 +118,17 @@ inline bool qwen3_decode_shapes(int64_t head_dim, int64_t rows) {
   return (head_dim == 64 || head_dim == 128) && (rows == 1 || rows == 2 || rows == 4 || rows == 8);
 }
 
+// dot_rows_f32's order, shared by every tier: the lanes hold the FMA sums of inputs [0, from)
+// (from a multiple of kDotLanes); the inputs [from, dim) go in by scalar FMA, lane i % kDotLanes,
+// then the lanes fold in halves (l + 8, + 4, + 2, + 1).
+constexpr int64_t kDotLanes = 16;
+inline float finish_dot_lanes(float* lanes, const float* x, const float* w, int64_t from, int64_t dim) {
+  for (int64_t i = from; i < dim; ++i) lanes[i % kDotLanes] = __builtin_fmaf(x[i], w[i], lanes[i % kDotLanes]);
+  for (int64_t half = kDotLanes / 2; half > 0; half /= 2)
+    for (int64_t l = 0; l < half; ++l) lanes[l] += lanes[l + half];
+  return lanes[0];
+}
+
 struct KernelTable {
   ConvertF32ToBf16Fn* convert_f32_to_bf16;
   ConvertBf16ToF32Fn* convert_bf16_to_f32;
@@ -121,6 +137,7 @@ struct KernelTable {
   NormRopeFn* norm_rope;
   RopePartialFn* rope_partial;
   SiluMulFn* silu_mul;
+  DotRowsF32Fn* dot_rows_f32;
   Conv1dSiluFn* conv1d_silu;
   L2normFn* l2norm;
   GatedRmsnormFn* gated_rmsnorm;

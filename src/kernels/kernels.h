@@ -133,6 +133,12 @@ void rope_partial(float* x, int64_t n_heads, int64_t ldx, int64_t rotary_dim, co
 // out[i] = silu(gate[i]) * up[i]
 void silu_mul(const float* gate, const float* up, float* out, int64_t count);
 
+// out[t][r] = x[t] . w[r] for t < m, r < rows (x: [m][dim] at stride ldx, w: [rows][dim], out
+// at stride ldo), FP32: the same bits on every tier and for any m (a small product kept in FP32,
+// such as a MoE router).
+void dot_rows_f32(const float* x, int64_t m, int64_t ldx, const float* w, int64_t rows, int64_t dim,
+                  float* out, int64_t ldo);
+
 // ---- Gated DeltaNet (Qwen3.5 linear attention), all FP32 ----
 
 constexpr int64_t kMaxConvTaps = 8;          // the longest causal convolution conv1d_silu takes

@@ -146,4 +146,43 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t count) {
   scalar_kernels.silu_mul(gate + done, up + done, out + done, count - done);
 }
 
+// kDotLanes lanes in kDotLanes / L vectors. Tiles of 4 rows of w by 4 / (kDotLanes / L) rows of
+// x (16 accumulators) over chunks of 64 x rows, so a tile of w is read from memory once per chunk
+// (a router's weights are megabytes, read per token otherwise). The tail and the lanes' tree
+// are the scalar twin's (finish_dot_lanes).
+template <class V>
+void dot_rows_f32(const float* x, int64_t m, int64_t ldx, const float* w, int64_t rows, int64_t dim,
+                  float* out, int64_t ldo) {
+  constexpr int64_t L = V::kLanes, A = kDotLanes / L, R = 4, T = 4 / A, kChunk = 64;
+  const int64_t whole = dim / kDotLanes * kDotLanes;
+  for (int64_t c0 = 0; c0 < m; c0 += kChunk) {
+    const int64_t c1 = c0 + kChunk < m ? c0 + kChunk : m;
+    for (int64_t r0 = 0; r0 < rows; r0 += R) {
+      const int64_t nr = rows - r0 < R ? rows - r0 : R;
+      for (int64_t t0 = c0; t0 < c1; t0 += T) {
+        const int64_t nt = c1 - t0 < T ? c1 - t0 : T;
+        typename V::F acc[T][R][A];
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t r = 0; r < R; ++r)
+            for (int64_t a = 0; a < A; ++a) acc[t][r][a] = V::zero();
+        for (int64_t i = 0; i < whole; i += kDotLanes)
+          for (int64_t a = 0; a < A; ++a) {
+            typename V::F wv[R];
+            for (int64_t r = 0; r < nr; ++r) wv[r] = V::load(w + (r0 + r) * dim + i + a * L);
+            for (int64_t t = 0; t < nt; ++t) {
+              const auto xv = V::load(x + (t0 + t) * ldx + i + a * L);
+              for (int64_t r = 0; r < nr; ++r) acc[t][r][a] = V::fmadd(xv, wv[r], acc[t][r][a]);
+            }
+          }
+        for (int64_t t = 0; t < nt; ++t)
+          for (int64_t r = 0; r < nr; ++r) {
+            float lanes[kDotLanes];
+            for (int64_t a = 0; a < A; ++a) V::store(lanes + a * L, acc[t][r][a]);
+            out[(t0 + t) * ldo + r0 + r] = finish_dot_lanes(lanes, x + (t0 + t) * ldx, w + (r0 + r) * dim, whole, dim);
+          }
+      }
+    }
+  }
+}
+
 }  // namespace ellm::simd

@@ -23,6 +23,7 @@ constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul
       .norm_rope = norm_rope<V>,
       .rope_partial = nullptr,
       .silu_mul = silu_mul<V>,
+      .dot_rows_f32 = dot_rows_f32<V>,
       .conv1d_silu = conv1d_silu<V>,
       .l2norm = l2norm<V>,
       .gated_rmsnorm = gated_rmsnorm<V>,

@@ -40,17 +40,12 @@ void Qwen3Model::moe_block(const MoeWeights& moe, float* x_rows, int64_t n) {
   // Routing per token, all in FP32.
   auto route = [&] {
     rows(n, [&](int64_t begin, int64_t end) {
+      // router_logits = xn @ Wrouter^T                               router_logits: [n][E]
+      dot_rows_f32(a.xn + begin * H, end - begin, H, moe.router.get(), E, H, a.router_logits + begin * E, E);
       for (int64_t t = begin; t < end; ++t) {
-        const float* x = a.xn + t * H;
-        float* p = a.router_logits + t * E;  // router_logits, then softmax over all experts
+        float* p = a.router_logits + t * E;  // then the softmax over all experts
         float max_logit = -INFINITY;
-        for (int64_t e = 0; e < E; ++e) {
-          const float* w = moe.router.get() + e * H;
-          float dot = 0;
-          for (int64_t i = 0; i < H; ++i) dot += x[i] * w[i];
-          p[e] = dot;
-          max_logit = std::max(max_logit, dot);
-        }
+        for (int64_t e = 0; e < E; ++e) max_logit = std::max(max_logit, p[e]);
         float sum = 0;
         for (int64_t e = 0; e < E; ++e) sum += p[e] = std::exp(p[e] - max_logit);
         for (int64_t e = 0; e < E; ++e) p[e] /= sum;

@@ -230,8 +230,8 @@ void Qwen3Model::shared_expert(const MoeWeights& moe, float* x, int64_t n) {
     rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         const float* xn = act_.xn + t * H;
-        float logit = 0;
-        for (int64_t i = 0; i < H; ++i) logit += xn[i] * moe.shared_gate[i];
+        float logit;
+        dot_rows_f32(xn, 1, H, moe.shared_gate.get(), 1, H, &logit, 1);
         const float scale = sigmoid(logit);
         for (int64_t i = 0; i < H; ++i) x[t * H + i] += scale * act_.shared_out[t * H + i];
       }

@@ -1,7 +1,9 @@
 // Vector element-wise kernels against their scalar twins, on every tier the CPU has.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <cstring>
 
 #include "test_util.h"
 
@@ -198,6 +200,42 @@ TEST(Elementwise, SiluMulMatchesScalar) {
       std::vector<float> got(n);
       silu_mul(g.data(), u.data(), got.data(), n);
       expect_close(got, want, 2e-6f, std::string("silu_mul ") + isa_name(isa));
+    }
+  }
+}
+
+// The same bits on every tier (a MoE router's choice must not depend on the tier, the batch or
+// the rows beside it), and near the exact sum.
+TEST(Elementwise, DotRowsF32IsTheSameBitsOnEveryTier) {
+  const int64_t rows = 7, m = 70, ldx = 1030;  // m past a chunk of 64; ldx > any dim
+  auto x = random_floats(m * ldx, 8, -2, 2);
+  for (int64_t dim : kCounts) {
+    auto w = random_floats(rows * dim, 9, -2, 2);
+    std::vector<float> want(m * rows);
+    {
+      IsaScope s(Isa::scalar);
+      dot_rows_f32(x.data(), m, ldx, w.data(), rows, dim, want.data(), rows);
+    }
+    for (int64_t t = 0; t < m; t += 13)
+      for (int64_t r = 0; r < rows; ++r) {
+        double exact = 0, size = 0;
+        for (int64_t i = 0; i < dim; ++i) {
+          exact += double(x[t * ldx + i]) * w[r * dim + i];
+          size += std::fabs(double(x[t * ldx + i]) * w[r * dim + i]);
+        }
+        ASSERT_NEAR(want[t * rows + r], exact, 1e-6 * std::max(1.0, size)) << "row " << r << " of dim " << dim;
+      }
+    for (Isa isa : optimised_isas()) {
+      IsaScope s(isa);
+      // Any number of x rows and w rows at once: the same bits for each.
+      for (auto [t0, nt, r0, nr] : {std::array<int64_t, 4>{0, m, 0, rows}, {5, 3, 2, 5}, {69, 1, 6, 1}, {1, 66, 0, 3}}) {
+        std::vector<float> got(nt * nr);
+        dot_rows_f32(x.data() + t0 * ldx, nt, ldx, w.data() + r0 * dim, nr, dim, got.data(), nr);
+        for (int64_t t = 0; t < nt; ++t)
+          for (int64_t r = 0; r < nr; ++r)
+            ASSERT_EQ(std::memcmp(&got[t * nr + r], &want[(t0 + t) * rows + r0 + r], 4), 0)
+                << isa_name(isa) << " dim " << dim << " x row " << t0 + t << " w row " << r0 + r;
+      }
     }
   }
 }

@@ -23,6 +23,7 @@ const KernelTable amx_kernels = {
     .norm_rope = nullptr,
     .rope_partial = nullptr,
     .silu_mul = nullptr,
+    .dot_rows_f32 = nullptr,
     .conv1d_silu = nullptr,
     .l2norm = nullptr,
     .gated_rmsnorm = nullptr,

@@ -64,4 +64,13 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t count) {
   for (int64_t i = 0; i < count; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void dot_rows_f32(const float* x, int64_t m, int64_t ldx, const float* w, int64_t rows, int64_t dim,
+                  float* out, int64_t ldo) {
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      float lanes[kDotLanes] = {};
+      out[t * ldo + r] = finish_dot_lanes(lanes, x + t * ldx, w + r * dim, 0, dim);
+    }
+}
+
 }  // namespace ellm::scalar

@@ -13,6 +13,7 @@ RmsnormFn rmsnorm;
 NormRopeFn norm_rope;
 RopePartialFn rope_partial;
 SiluMulFn silu_mul;
+DotRowsF32Fn dot_rows_f32;
 Conv1dSiluFn conv1d_silu;
 L2normFn l2norm;
 GatedRmsnormFn gated_rmsnorm;

@@ -13,6 +13,7 @@ const KernelTable scalar_kernels = {
     .norm_rope = scalar::norm_rope,
     .rope_partial = scalar::rope_partial,
     .silu_mul = scalar::silu_mul,
+    .dot_rows_f32 = scalar::dot_rows_f32,
     .conv1d_silu = scalar::conv1d_silu,
     .l2norm = scalar::l2norm,
     .gated_rmsnorm = scalar::gated_rmsnorm,
