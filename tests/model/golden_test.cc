@@ -39,7 +39,7 @@ struct Golden {
   }
 };
 
-std::string model_dir(const std::string& name) { return test::shared_dir() + "/models/" + name; }
+using test::shared_model;
 
 // Room for the longest golden session (the hybrid ones feed 245 positions). INT4 products on
 // the tier's default activations (int8 where it has VNNI) unless told.
@@ -159,7 +159,7 @@ TEST_P(GoldenSession, PassesTheReferenceRuleOnEveryIsa) {
   Golden golden(name);
   for (Isa isa : test::tiers_under_test()) {
     set_active_isa(isa);  // before loading: weights are packed for it
-    auto model = Model::load(model_dir(name), small_limits(160, 1, ActivationDtype::bf16));
+    auto model = Model::load(shared_model(name), small_limits(160, 1, ActivationDtype::bf16));
     Score s = score(golden, run_feeds(*model, golden.feeds));
     std::printf("[golden %s %s] err p50 %.4f p90 %.4f max %.4f, %.1f%% within atol\n",
                 name.c_str(), isa_name(isa), s.percentile(0.5), s.percentile(0.9),
@@ -179,7 +179,7 @@ TEST_P(GoldenSession, Int8ActivationsKeepEveryClearArgmaxWithinThreeAtol) {
   const double atol = golden.session["atol"];
   for (Isa isa : test::tiers_under_test()) {
     set_active_isa(isa);
-    auto model = Model::load(model_dir(name), small_limits(160, 1, ActivationDtype::int8));
+    auto model = Model::load(shared_model(name), small_limits(160, 1, ActivationDtype::int8));
     const std::vector<float> logits = run_feeds(*model, golden.feeds);
     Score s = score(golden, logits);
     std::printf("[golden %s %s int8 activations] err p50 %.4f p90 %.4f max %.4f (atol %.3f), "
@@ -189,7 +189,7 @@ TEST_P(GoldenSession, Int8ActivationsKeepEveryClearArgmaxWithinThreeAtol) {
                 s.clear_margin_mismatches);
     EXPECT_GE(s.fraction_within_3atol, 0.9) << isa_name(isa);
     EXPECT_EQ(s.clear_margin_mismatches, 0) << isa_name(isa);
-    auto bf16 = Model::load(model_dir(name), small_limits(160, 1, ActivationDtype::bf16));
+    auto bf16 = Model::load(shared_model(name), small_limits(160, 1, ActivationDtype::bf16));
     EXPECT_NE(logits, run_feeds(*bf16, golden.feeds)) << "int8 activations were not used";
   }
 }
@@ -203,7 +203,7 @@ TEST_P(GoldenSession, OneShotPrefillEqualsChunkedFeeding) {
   Golden golden(name);
   for (Isa isa : test::tiers_under_test()) {
     set_active_isa(isa);
-    auto model = Model::load(model_dir(name), small_limits(256));
+    auto model = Model::load(shared_model(name), small_limits(256));
     std::vector<float> chunked = run_feeds(*model, golden.feeds);
     std::vector<int32_t> all;
     for (const auto& f : golden.feeds) all.insert(all.end(), f.begin(), f.end());
@@ -218,7 +218,7 @@ TEST_P(GoldenSession, SlotsBatchedTogetherMatchSlotsRunAlone) {
   Golden golden(name);
   for (Isa isa : test::tiers_under_test()) {
     set_active_isa(isa);
-    auto model = Model::load(model_dir(name), small_limits(160, 2));
+    auto model = Model::load(shared_model(name), small_limits(160, 2));
     const int64_t V = model->vocab_size();
     // Slot 0 gets the golden prompt, slot 1 a different one; then both decode in one batch.
     std::vector<int32_t> a(golden.feeds[0].begin(), golden.feeds[0].begin() + 20);
@@ -264,7 +264,7 @@ TEST_P(GoldenSession, PassInPartsEqualsOnePass) {
   Golden golden(name);
   for (Isa isa : test::tiers_under_test()) {
     set_active_isa(isa);
-    auto model = Model::load(model_dir(name), small_limits(160, 2));
+    auto model = Model::load(shared_model(name), small_limits(160, 2));
     const int64_t V = model->vocab_size();
     const std::vector<int32_t>& prompt = golden.feeds[0];
     std::vector<int32_t> other(golden.feeds[0].begin(), golden.feeds[0].begin() + 5);
@@ -311,7 +311,7 @@ TEST_P(GoldenSession, PassInPartsEqualsOnePass) {
 TEST_P(GoldenSession, ResumedFromACopyPassesTheReferenceRule) {
   const std::string name = GetParam();
   Golden golden(name);
-  auto model = Model::load(model_dir(name), small_limits(256, 2, ActivationDtype::bf16));
+  auto model = Model::load(shared_model(name), small_limits(256, 2, ActivationDtype::bf16));
   const int64_t V = model->vocab_size();
   const int32_t at = int32_t(golden.feeds[0].size()) * 4 / 5;
   const std::vector<int32_t>& prompt = golden.feeds[0];
@@ -346,7 +346,7 @@ TEST_P(GoldenSession, ResumedFromACopyPassesTheReferenceRule) {
 TEST_P(GoldenSession, ReleasedKvIsRecomputedIdentically) {
   const std::string name = GetParam();
   Golden golden(name);
-  auto model = Model::load(model_dir(name), small_limits(160));
+  auto model = Model::load(shared_model(name), small_limits(160));
   std::vector<float> first = run_feeds(*model, {golden.feeds[0]});
   EXPECT_GT(model->kv_resident_bytes(), 0u);
   model->release_kv(0, 0);

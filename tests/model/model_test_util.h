@@ -90,6 +90,9 @@ inline std::string shared_dir() {
   return env ? env : ELLM_SHARED;
 }
 
+// The folder of one of the shared models (shared/models/NAME).
+inline std::string shared_model(const std::string& name) { return shared_dir() + "/models/" + name; }
+
 }  // namespace ellm::test
 
 namespace ellm::test {

@@ -21,7 +21,7 @@ namespace {
 
 using test::error_of;
 
-std::string shared_model(const std::string& name) { return test::shared_dir() + "/models/" + name; }
+using test::shared_model;
 
 ServingLimits limits(int64_t chunk = 256, int64_t batch = 1) {
   ServingLimits l;

@@ -20,7 +20,7 @@ const std::vector<std::string> kModels = {"tiny-qwen3",      "tiny-qwen3-moe", "
                                           "tiny-qwen3-moe-fp8", "tiny-qwen3-gptq", "tiny-qwen3-awq",
                                           "tiny-qwen35",     "tiny-qwen35-moe"};
 
-std::string model_dir(const std::string& name) { return test::shared_dir() + "/models/" + name; }
+using test::shared_model;
 
 ServingLimits spec_limits(int64_t speculative_tokens = 4) {
   ServingLimits l;
@@ -76,7 +76,7 @@ TEST_P(Speculative, GroupsGiveDecodeRowsAndRollBackExactly) {
   for (Isa isa : test::tiers_under_test()) {
     set_active_isa(isa);
     const std::string what = GetParam() + " " + isa_name(isa);
-    auto model = Model::load(model_dir(GetParam()), spec_limits());
+    auto model = Model::load(shared_model(GetParam()), spec_limits());
     const int64_t V = model->vocab_size();
     const std::vector<int32_t> p = prompt();
     const int32_t P = int32_t(p.size());
@@ -121,7 +121,7 @@ INSTANTIATE_TEST_SUITE_P(SharedModels, Speculative, testing::ValuesIn(kModels),
                          });
 
 TEST(SpeculativeGroups, TheRulesOfAcceptAreChecked) {
-  auto model = Model::load(model_dir("tiny-qwen35"), spec_limits(2));
+  auto model = Model::load(shared_model("tiny-qwen35"), spec_limits(2));
   std::vector<float> logits(8 * size_t(model->vocab_size()));
   std::vector<BatchToken> batch = {{5, 0, 0, true}, {6, 0, 1, true}};
   model->forward(batch, logits.data());
@@ -144,11 +144,11 @@ TEST(SpeculativeGroups, TheRulesOfAcceptAreChecked) {
   EXPECT_EQ(error_of([&] { model->forward(mixed, logits.data()); }),
             "forward: slot 0: speculative tokens must come before its plain ones in a pass");
 
-  auto plain_model = Model::load(model_dir("tiny-qwen3"), spec_limits(0));
+  auto plain_model = Model::load(shared_model("tiny-qwen3"), spec_limits(0));
   EXPECT_EQ(error_of([&] { plain_model->forward(batch, logits.data()); }),
             "forward: speculative tokens, but the model was loaded with speculative_tokens = 0");
   ServingLimits hybrid_limits = spec_limits(16);
-  EXPECT_EQ(error_of([&] { Model::load(model_dir("tiny-qwen35"), hybrid_limits); }),
+  EXPECT_EQ(error_of([&] { Model::load(shared_model("tiny-qwen35"), hybrid_limits); }),
             "--num-speculative-tokens: a hybrid model checks at most 15 proposed tokens at once");
 }
 
