@@ -35,7 +35,7 @@
 #include "base/threads.h"
 #include "engine/engine.h"
 #include "model/config.h"
-#include "model/gdn_rollback.h"
+#include "model/memory/state_rollback.h"
 #include "model/model.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -125,17 +125,16 @@ std::vector<int> parse_list(const std::string& text) {
   return out;
 }
 
-// A hybrid model's rollback of a group of k + 1 tokens (model/gdn_rollback.h) against keeping a
+// A hybrid model's rollback of a group of k + 1 tokens (model/memory/state_rollback.h) against keeping a
 // state per position of the group: the state copy every group costs, and the replay of the
 // kept tokens a cut group costs, against k + 1 state copies.
 void rollback_costs(const ModelConfig& c, int k, int threads, double decode_ms) {
   int64_t layers = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers += c.is_linear_layer(l);
-  GdnState state(layers, 1, c.linear_conv_kernel_dim, c.conv_dim(), c.linear_num_value_heads,
-                 c.linear_key_head_dim, c.linear_value_head_dim);
-  GdnRollback rollback({layers, c.linear_conv_kernel_dim, c.conv_dim(), c.linear_num_key_heads,
-                        c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim},
-                       1, k + 1);
+  const RecurrentShape shape{layers, c.linear_conv_kernel_dim, c.conv_dim(), c.linear_num_key_heads,
+                             c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim};
+  RecurrentState state(shape, 1);
+  StateRollback rollback(shape, 1, k + 1);
   ThreadTeam team(threads > 0 ? threads : physical_core_count());
   const size_t bytes = state.bytes_per_slot();
   std::vector<uint8_t> copies(bytes * size_t(k + 1));

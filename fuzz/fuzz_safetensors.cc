@@ -8,7 +8,7 @@
 
 #include "base/error.h"
 #include "model/config.h"
-#include "model/safetensors.h"
+#include "model/load/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = "/tmp/ellm_fuzz_" + std::to_string(getpid()) + ".safetensors";

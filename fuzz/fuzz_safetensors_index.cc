@@ -9,7 +9,7 @@
 #include <string>
 
 #include "base/error.h"
-#include "model/safetensors.h"
+#include "model/load/safetensors.h"
 
 namespace {
 

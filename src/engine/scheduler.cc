@@ -702,7 +702,7 @@ void Scheduler::build_pass() {
       while (capture != request.captures.end() && capture->position < p + 1) ++capture;
       if (capture != request.captures.end() && capture->position == p + 1) {
         StateSnapshot snapshot{p + 1, new_state_buffer(state_bytes_), capture->shared};
-        batch_.back().capture_state = snapshot.state.get();
+        batch_.back().snapshot = snapshot.state.get();
         captures_.emplace_back(next, std::move(snapshot));
       }
     }

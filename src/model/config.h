@@ -1,8 +1,7 @@
 #pragma once
-// config.json of a Hugging Face Qwen3 (dense) or Qwen3-MoE model, or of the hybrid Qwen3.5 /
-// Qwen3.6 / Qwen3.8 generation (model_type qwen3_5, qwen3_5_moe: the text_config of the
-// vision-language wrapper; qwen3_5_moe_text: flat), whose layers are Gated DeltaNet or gated
-// full attention (../shared/QWEN35.md).
+// config.json of a Hugging Face model, as every architecture reads it: the fields they share,
+// and each architecture's own (its parser in arch/, picked by model_type in registry.cc). The
+// fields of each architecture are described in docs/models/.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -72,10 +71,5 @@ struct ModelConfig {
 ModelConfig parse_model_config(const std::string& json_text, const std::string& where);
 // Reads <model_dir>/config.json.
 ModelConfig load_model_config(const std::string& model_dir);
-// The config.json text for a config (the keys Hugging Face writes; Qwen3.5 as its
-// vision-language wrapper with the text_config nested); the special token ids only
-// when given (>= 0): they come from the tokenizer files.
-std::string model_config_json(const ModelConfig& config, int32_t bos_token_id = -1,
-                              int32_t eos_token_id = -1);
 
 }  // namespace ellm

@@ -11,6 +11,7 @@
 namespace ellm {
 
 struct ModelConfig;  // model/config.h
+class ThreadTeam;    // base/threads.h
 
 // Where a model reports the work of its passes when a benchmark asks (`ellm bench` sets one);
 // without a sink the model measures nothing.
@@ -63,7 +64,7 @@ struct BatchToken {
   // in (the state at position + 1): state_bytes_per_slot() bytes, laid out as the ranges of
   // state_ranges() one after another. Null: no copy. The pass computes the slot's tokens up to
   // here and after here as two runs, so the copy is exactly the state a pass ending here leaves.
-  uint8_t* capture_state = nullptr;
+  uint8_t* snapshot = nullptr;
 };
 
 class Model {
@@ -152,6 +153,8 @@ class Model {
 
   // Reports every later pass to `sink` (nullptr: to none); the sink must outlive its use.
   virtual void set_profile_sink(ProfileSink* sink) {}
+  // The thread team its passes run on, for a model loaded to share it (load's share_threads).
+  virtual std::shared_ptr<ThreadTeam> thread_team() const { return nullptr; }
 
  protected:
   [[noreturn]] static void fail_no_mtp();

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/safetensors.h"
+#include "model/load/safetensors.h"
 
 namespace ellm {
 

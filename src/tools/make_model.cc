@@ -12,7 +12,8 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "kernels/kernels.h"
-#include "model/weights.h"
+#include "model/load/tensor_loader.h"
+#include "tools/hf_config.h"
 #include "tools/int4_checkpoint.h"
 
 namespace ellm {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/safetensors.h"
+#include "model/load/safetensors.h"
 
 namespace ellm {
 

@@ -1,4 +1,5 @@
 #include "model/config.h"
+#include "tools/hf_config.h"
 
 #include <gtest/gtest.h>
 

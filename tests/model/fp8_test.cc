@@ -13,8 +13,9 @@
 
 #include "kernels/kernels.h"
 #include "model/config.h"
+#include "tools/hf_config.h"
 #include "model/model.h"
-#include "model/weights.h"
+#include "model/arch/qwen3.h"
 #include "model_test_util.h"
 
 namespace ellm {
@@ -233,7 +234,7 @@ TEST(Fp8Load, MixedFusedGroupIsDequantisedToBf16) {
 }
 
 // The packed codes and factors of every FP8 matrix of two loads, compared byte for byte.
-void expect_same_fp8(const ModelWeights& a, const ModelWeights& b) {
+void expect_same_fp8(const Qwen3Weights& a, const Qwen3Weights& b) {
   auto same = [](const PackedWeights& x, const PackedWeights& y) {
     ASSERT_TRUE(x.fp8 && y.fp8);
     ASSERT_EQ(x.bytes, y.bytes);
@@ -243,8 +244,8 @@ void expect_same_fp8(const ModelWeights& a, const ModelWeights& b) {
   };
   ASSERT_EQ(a.layers.size(), b.layers.size());
   for (size_t l = 0; l < a.layers.size(); ++l) {
-    same(a.layers[l].qkv, b.layers[l].qkv);
-    same(a.layers[l].o_proj, b.layers[l].o_proj);
+    same(a.layers[l].attention.qkv, b.layers[l].attention.qkv);
+    same(a.layers[l].attention.o_proj, b.layers[l].attention.o_proj);
     if (a.layers[l].is_moe) {
       for (size_t e = 0; e < a.layers[l].moe.experts.size(); ++e) {
         same(a.layers[l].moe.experts[e].gate_up, b.layers[l].moe.experts[e].gate_up);
@@ -270,9 +271,9 @@ TEST(Fp8Quantize, DeterministicAndEqualToMakeModelFp8) {
     write_random_model(config, fp8_dir.path, 7, 1, {}, "fp8");
     ModelConfig fp8_config = load_model_config(fp8_dir.path);
     EXPECT_EQ(fp8_config.quant_method, "fp8");
-    ModelWeights first = load_weights(bf16_dir.path, config, active_isa(), true);
-    ModelWeights second = load_weights(bf16_dir.path, config, active_isa(), true);
-    ModelWeights stored = load_weights(fp8_dir.path, fp8_config, active_isa(), false);
+    Qwen3Weights first = load_qwen3_weights(bf16_dir.path, config, active_isa(), true);
+    Qwen3Weights second = load_qwen3_weights(bf16_dir.path, config, active_isa(), true);
+    Qwen3Weights stored = load_qwen3_weights(fp8_dir.path, fp8_config, active_isa(), false);
     expect_same_fp8(first, second);
     expect_same_fp8(first, stored);
     EXPECT_GT(first.fp8_bytes, 0u);
@@ -285,8 +286,8 @@ TEST(Fp8Quantize, DeterministicAndEqualToMakeModelFp8) {
 TEST(Fp8Quantize, MatchesTheSharedFp8Model) {
   const std::string models = test::shared_dir() + "/models/";
   ModelConfig config = load_model_config(models + "tiny-qwen3");
-  ModelWeights quantised = load_weights(models + "tiny-qwen3", config, active_isa(), true);
-  ModelWeights shared = load_weights(models + "tiny-qwen3-fp8",
+  Qwen3Weights quantised = load_qwen3_weights(models + "tiny-qwen3", config, active_isa(), true);
+  Qwen3Weights shared = load_qwen3_weights(models + "tiny-qwen3-fp8",
                                      load_model_config(models + "tiny-qwen3-fp8"), active_isa());
   expect_same_fp8(quantised, shared);
 }

@@ -18,9 +18,11 @@
 
 #include "kernels/kernels.h"
 #include "model/config.h"
-#include "model/int4_weights.h"
+#include "tools/hf_config.h"
+#include "model/load/int4_weights.h"
 #include "model/model.h"
-#include "model/weights.h"
+#include "model/arch/qwen3.h"
+#include "model/arch/qwen35.h"
 #include "model_test_util.h"
 #include "tools/int4_checkpoint.h"
 #include "tools/make_model.h"
@@ -103,9 +105,9 @@ TEST(Int4Load, SharedModelsLoadAsInt4) {
   for (const std::string name : {"tiny-qwen3-gptq", "tiny-qwen3-awq"}) {
     const std::string dir = test::shared_dir() + "/models/" + name;
     const ModelConfig config = load_model_config(dir);
-    ModelWeights w = load_weights(dir, config, active_isa());
-    for (const LayerWeights& L : w.layers)
-      for (const PackedWeights* m : {&L.qkv, &L.o_proj, &L.mlp.gate_up, &L.mlp.down}) {
+    Qwen3Weights w = load_qwen3_weights(dir, config, active_isa());
+    for (const Qwen3Layer& L : w.layers)
+      for (const PackedWeights* m : {&L.attention.qkv, &L.attention.o_proj, &L.mlp.gate_up, &L.mlp.down}) {
         EXPECT_TRUE(m->int4) << name;
         EXPECT_EQ(m->group, 32) << name;
         EXPECT_FALSE(m->k_order) << name;  // desc_act false
@@ -171,12 +173,12 @@ TEST(Int4Load, Qwen35GptqAndQwen36AwqLoadAndRun) {
     write_random_model(config, original.path, 9, 1, {}, "bf16");
     const ModelConfig loaded = load_model_config(int4.path);
     EXPECT_EQ(loaded.quant_method, format);
-    ModelWeights w = load_weights(int4.path, loaded, active_isa());
-    for (const LayerWeights& L : w.layers) {
-      const PackedWeights& mixer = L.is_linear ? L.gdn.qkvz : L.qkv;
+    Qwen35Weights w = load_qwen35_weights(int4.path, loaded, active_isa());
+    for (const Qwen35Layer& L : w.layers) {
+      const PackedWeights& mixer = L.is_linear ? L.deltanet.qkvz : L.attention.qkv;
       EXPECT_TRUE(mixer.int4) << preset;
-      EXPECT_FALSE(L.is_linear && L.gdn.ba.int4) << preset;  // in_proj_a/b stay BF16
-      EXPECT_TRUE(L.is_moe ? L.moe.experts[0].down.int4 && L.moe.shared.gate_up.int4
+      EXPECT_FALSE(L.is_linear && L.deltanet.ba.int4) << preset;  // in_proj_a/b stay BF16
+      EXPECT_TRUE(L.is_moe ? L.moe.experts[0].down.int4 && L.shared_expert.mlp.gate_up.int4
                            : L.mlp.gate_up.int4) << preset;
     }
     const std::vector<int32_t> tokens = {5, 17, 300, 2, 99, 411, 7, 8, 250, 13};
@@ -224,11 +226,11 @@ TEST(Int4Load, ModulesNotInWholeBlocks) {
 TEST(Int4Quantize, EveryWeightWithinHalfAStep) {
   const std::string dir = test::shared_dir() + "/models/tiny-qwen3";
   const ModelConfig config = load_model_config(dir);
-  ModelWeights q = load_weights(dir, config, active_isa(), false, true);
+  Qwen3Weights q = load_qwen3_weights(dir, config, active_isa(), false, true);
   SafetensorsStore store = SafetensorsStore::open(dir);
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     const TensorInfo& t = store.get("model.layers." + std::to_string(l) + ".self_attn.q_proj.weight");
-    const PackedWeights& w = q.layers[l].qkv;
+    const PackedWeights& w = q.layers[l].attention.qkv;
     ASSERT_TRUE(w.int4);
     for (int64_t j = 0; j < t.shape[0]; ++j)
       for (int64_t i = 0; i < t.shape[1]; ++i) {
@@ -249,9 +251,9 @@ TEST(Int4Quantize, DeterministicAndFidelityAgainstBf16) {
   for (const std::string name : {"tiny-qwen3", "tiny-qwen3-moe"}) {
     const std::string dir = test::shared_dir() + "/models/" + name;
     const ModelConfig config = load_model_config(dir);
-    ModelWeights first = load_weights(dir, config, active_isa(), false, true);
-    ModelWeights second = load_weights(dir, config, active_isa(), false, true);
-    const PackedWeights &x = first.layers[0].qkv, &y = second.layers[0].qkv;
+    Qwen3Weights first = load_qwen3_weights(dir, config, active_isa(), false, true);
+    Qwen3Weights second = load_qwen3_weights(dir, config, active_isa(), false, true);
+    const PackedWeights &x = first.layers[0].attention.qkv, &y = second.layers[0].attention.qkv;
     ASSERT_TRUE(x.int4);
     EXPECT_EQ(x.group, 64);  // the largest divisor of hidden 64 up to 128
     const size_t codes = size_t((x.n + 31) / 32 * x.k * 16), params = size_t((x.n + 31) / 32 * x.groups * 32);
@@ -259,7 +261,7 @@ TEST(Int4Quantize, DeterministicAndFidelityAgainstBf16) {
     EXPECT_EQ(0, std::memcmp(x.scales.get(), y.scales.get(), params * sizeof(float)));
     EXPECT_EQ(0, std::memcmp(x.zeros.get(), y.zeros.get(), params));
     EXPECT_FALSE(first.lm_head.int4);
-    EXPECT_TRUE(load_weights(dir, config, active_isa(), false, true, /*mtp=*/false, /*quantize_lm_head=*/true).lm_head.int4);
+    EXPECT_TRUE(load_qwen3_weights(dir, config, active_isa(), false, true, /*quantize_lm_head=*/true).lm_head.int4);
 
     auto session = nlohmann::json::parse(test::read_text(test::shared_dir() + "/golden/" + name +
                                                          "/session.json"));
@@ -395,12 +397,12 @@ TEST(Int4Load, ActOrderInputsAreReorderedOnceAtLoad) {
   });
   copy_checkpoint(plain.path, clash.path, [&](RawTensors& t) { set_g_idx(t, attn + "k_proj"); });
 
-  ModelWeights weights = load_weights(act_order.path, load_model_config(act_order.path), active_isa());
-  ASSERT_TRUE(weights.layers[0].qkv.int4);
-  EXPECT_TRUE(weights.layers[0].qkv.k_order);
-  EXPECT_FALSE(weights.layers[0].o_proj.k_order);
-  EXPECT_FALSE(load_weights(reference.path, load_model_config(reference.path), active_isa())
-                   .layers[0].qkv.int4);
+  Qwen3Weights weights = load_qwen3_weights(act_order.path, load_model_config(act_order.path), active_isa());
+  ASSERT_TRUE(weights.layers[0].attention.qkv.int4);
+  EXPECT_TRUE(weights.layers[0].attention.qkv.k_order);
+  EXPECT_FALSE(weights.layers[0].attention.o_proj.k_order);
+  EXPECT_FALSE(load_qwen3_weights(reference.path, load_model_config(reference.path), active_isa())
+                   .layers[0].attention.qkv.int4);
 
   const std::vector<int32_t> tokens = {5, 17, 300, 2, 99, 411, 7, 8};
   const Isa active = active_isa();

@@ -1,4 +1,4 @@
-#include "model/kv_cache.h"
+#include "model/memory/kv_cache.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

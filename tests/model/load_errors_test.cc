@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "model/config.h"
+#include "tools/hf_config.h"
 #include "tools/make_model.h"
 #include "model/model.h"
 #include "model_test_util.h"

@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 #include "model/config.h"
+#include "tools/hf_config.h"
 #include "model/model.h"
 #include "kernels/kernels.h"
 #include "tools/make_model.h"

@@ -15,7 +15,7 @@
 #include "kernels/kernels.h"
 #include "model/config.h"
 #include "model/model.h"
-#include "model/safetensors.h"
+#include "model/load/safetensors.h"
 #include "model_test_util.h"
 
 namespace ellm {
@@ -69,7 +69,7 @@ class Reference {
   int64_t vocab() const { return c_.vocab_size; }
 
  private:
-  struct GdnState {
+  struct RecurrentState {
     Vec window, S;
   };
   struct Cache {
@@ -130,7 +130,7 @@ class Reference {
   }
 
   // Gated DeltaNet on one token (QWEN35.md 4a, the recurrent form).
-  Vec gdn(const std::string& p, GdnState& st, const Vec& xn) {
+  Vec gdn(const std::string& p, RecurrentState& st, const Vec& xn) {
     const int64_t Hk = c_.linear_num_key_heads, Hv = c_.linear_num_value_heads;
     const int64_t dk = c_.linear_key_head_dim, dv = c_.linear_value_head_dim, CD = c_.conv_dim();
     if (st.window.empty()) st.window.assign(size_t(3 * CD), 0.0f), st.S.assign(size_t(Hv * dk * dv), 0.0f);
@@ -277,7 +277,7 @@ class Reference {
   ModelConfig c_;
   SafetensorsStore store_;
   std::map<std::string, Vec> weights_;
-  std::vector<GdnState> state_;
+  std::vector<RecurrentState> state_;
   std::vector<Cache> cache_;
   Cache mtp_cache_;
   int64_t fed_ = 0;

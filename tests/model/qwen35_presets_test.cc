@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "model/config.h"
+#include "tools/hf_config.h"
 #include "model/model.h"
 #include "model_test_util.h"
 #include "tools/make_model.h"

@@ -1,4 +1,4 @@
-#include "model/safetensors.h"
+#include "model/load/safetensors.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "model/int4_weights.h"
+#include "model/load/int4_weights.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "model/fingerprint.h"
+#include "model/load/fingerprint.h"
 
 #include <algorithm>
 #include <filesystem>

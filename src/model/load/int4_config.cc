@@ -1,4 +1,4 @@
-#include "model/int4_config.h"
+#include "model/load/int4_config.h"
 
 #include "base/error.h"
 

@@ -1,4 +1,4 @@
-#include "model/safetensors.h"
+#include "model/load/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -238,7 +238,10 @@ const TensorInfo& SafetensorsStore::get(const std::string& name) const {
   return *t;
 }
 
-void SafetensorsStore::release(const TensorInfo& t) const { t.file->release(t.file_offset, t.bytes); }
+void SafetensorsStore::release(const TensorInfo& t) const {
+  t.file->release(t.file_offset, t.bytes);
+  released_bytes_ += t.bytes;
+}
 
 // ---- writing ----
 

@@ -63,6 +63,8 @@ class SafetensorsStore {
   const TensorInfo& get(const std::string& name) const;
   // Releases a tensor's pages once its data has been copied out.
   void release(const TensorInfo& t) const;
+  // The bytes of the tensors released so far (what a load has read).
+  size_t released_bytes() const { return released_bytes_; }
   // The file a tensor of this name would be read from (for messages).
   std::string file_for(const std::string& name) const;
   size_t tensor_count() const { return tensors_.size(); }
@@ -74,6 +76,7 @@ class SafetensorsStore {
   std::unordered_map<std::string, TensorInfo> tensors_;
   std::unordered_map<std::string, std::string> index_;  // tensor -> shard path (sharded only)
   std::string main_file_;  // the single file or the index
+  mutable size_t released_bytes_ = 0;
 };
 
 // ---- writing ----

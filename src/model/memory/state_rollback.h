@@ -9,7 +9,7 @@
 // group of tokens runs the recurrence, token by token), so the state is bit for bit what
 // feeding the accepted tokens alone leaves.
 //
-// Per slot, beside GdnState:
+// Per slot, beside RecurrentState:
 //   saved    [state floats of a slot]                       the state before the group
 //   inputs   [gdn layers][max tokens][CD | CD | Hv | Hv]    per token: the conv input (in_proj_qkv
 //            row), the delta rule's q | k | v (after conv, SiLU, L2 norms), log-decay g, beta
@@ -17,23 +17,19 @@
 
 #include "base/memory.h"
 #include "base/threads.h"
-#include "model/gdn_state.h"
+#include "model/memory/recurrent_state.h"
 
 namespace ellm {
 
-struct GdnShape {
-  int64_t layers = 0, conv_taps = 0, conv_dim = 0, key_heads = 0, value_heads = 0, dk = 0, dv = 0;
-};
-
-class GdnRollback {
+class StateRollback {
  public:
-  GdnRollback() = default;
+  StateRollback() = default;
   // Room for groups of up to max_tokens tokens in each of n_slots slots.
-  GdnRollback(const GdnShape& shape, int64_t n_slots, int64_t max_tokens);
+  StateRollback(const RecurrentShape& shape, int64_t n_slots, int64_t max_tokens);
   bool empty() const { return max_tokens_ == 0; }
 
   // The slot's state now, as the state its group starts from.
-  void save(const GdnState& state, int64_t slot);
+  void save(const RecurrentState& state, int64_t slot);
   // Where a layer records token `index` of the slot's group.
   float* conv_input(int64_t layer, int64_t slot, int64_t index) const { return row(layer, slot, index); }
   float* delta_qkv(int64_t layer, int64_t slot, int64_t index) const {
@@ -47,14 +43,14 @@ class GdnRollback {
   }
   // The slot's state after the first `keep` tokens of its group: the saved state with those
   // tokens folded in again, on every member of the team.
-  void restore(GdnState& state, int64_t slot, int64_t keep, ThreadTeam& team) const;
+  void restore(RecurrentState& state, int64_t slot, int64_t keep, ThreadTeam& team) const;
   size_t bytes() const { return bytes_; }
 
  private:
   float* row(int64_t layer, int64_t slot, int64_t index) const {
     return inputs_.get() + ((slot * shape_.layers + layer) * max_tokens_ + index) * row_floats_;
   }
-  GdnShape shape_;
+  RecurrentShape shape_;
   int64_t max_tokens_ = 0, row_floats_ = 0, state_floats_ = 0;
   Buffer<float> saved_, inputs_;
   size_t bytes_ = 0;

@@ -1,4 +1,4 @@
-#include "model/kv_cache.h"
+#include "model/memory/kv_cache.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

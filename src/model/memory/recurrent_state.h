@@ -1,6 +1,6 @@
 #pragma once
 // The recurrent state of the Gated DeltaNet layers of a hybrid model (Qwen3.5+), per slot and
-// per GDN layer, allocated once with the plan beside the KV of the full-attention layers:
+// per recurrent layer, allocated once with the plan beside the KV of the full-attention layers:
 //   conv window  [taps - 1][conv_dim]   the last inputs of the causal convolution (FP32)
 //   S            [v_heads][dk][dv]      the delta-rule state (FP32)
 // A slot's sequence state at n tokens is its KV rows below n plus this state after token n - 1.
@@ -14,15 +14,20 @@
 
 namespace ellm {
 
-class GdnState {
+// The shape of the recurrent layers' state: how many layers, their conv taps and channels
+// (q | k | v), and the delta rule's heads and head dims.
+struct RecurrentShape {
+  int64_t layers = 0, conv_taps = 0, conv_dim = 0, key_heads = 0, value_heads = 0, dk = 0, dv = 0;
+};
+
+class RecurrentState {
  public:
-  GdnState() = default;
-  GdnState(int64_t n_layers, int64_t n_slots, int64_t conv_taps, int64_t conv_dim,
-           int64_t v_heads, int64_t dk, int64_t dv)
-      : n_layers_(n_layers),
-        conv_floats_((conv_taps - 1) * conv_dim),
-        s_floats_(v_heads * dk * dv),
-        data_(make_buffer<float>(size_t(n_layers * n_slots * (conv_floats_ + s_floats_)))) {}
+  RecurrentState() = default;
+  RecurrentState(const RecurrentShape& shape, int64_t n_slots)
+      : n_layers_(shape.layers),
+        conv_floats_((shape.conv_taps - 1) * shape.conv_dim),
+        s_floats_(shape.value_heads * shape.dk * shape.dv),
+        data_(make_buffer<float>(size_t(n_layers_ * n_slots * (conv_floats_ + s_floats_)))) {}
 
   float* conv(int64_t layer, int64_t slot) const { return base(layer, slot); }
   float* S(int64_t layer, int64_t slot) const { return base(layer, slot) + conv_floats_; }

@@ -7,7 +7,7 @@
 
 #include "kernels/kernels.h"
 #include "model/config.h"
-#include "model/safetensors.h"
+#include "model/load/safetensors.h"
 
 namespace ellm {
 

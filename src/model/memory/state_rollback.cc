@@ -1,4 +1,4 @@
-#include "model/gdn_rollback.h"
+#include "model/memory/state_rollback.h"
 
 #include <cmath>
 #include <cstring>
@@ -7,7 +7,7 @@
 
 namespace ellm {
 
-GdnRollback::GdnRollback(const GdnShape& shape, int64_t n_slots, int64_t max_tokens)
+StateRollback::StateRollback(const RecurrentShape& shape, int64_t n_slots, int64_t max_tokens)
     : shape_(shape),
       max_tokens_(max_tokens),
       row_floats_(2 * shape.conv_dim + 2 * shape.value_heads),
@@ -20,13 +20,13 @@ GdnRollback::GdnRollback(const GdnShape& shape, int64_t n_slots, int64_t max_tok
   bytes_ = (saved + inputs) * sizeof(float);
 }
 
-// GdnState keeps a slot's state in all layers as one range, starting at layer 0's conv window.
-void GdnRollback::save(const GdnState& state, int64_t slot) {
+// RecurrentState keeps a slot's state in all layers as one range, starting at layer 0's conv window.
+void StateRollback::save(const RecurrentState& state, int64_t slot) {
   std::memcpy(saved_.get() + slot * state_floats_, state.conv(0, slot), size_t(state_floats_) * sizeof(float));
 }
 
-void GdnRollback::restore(GdnState& state, int64_t slot, int64_t keep, ThreadTeam& team) const {
-  const GdnShape& g = shape_;
+void StateRollback::restore(RecurrentState& state, int64_t slot, int64_t keep, ThreadTeam& team) const {
+  const RecurrentShape& g = shape_;
   const int64_t window_floats = (g.conv_taps - 1) * g.conv_dim, s_floats = g.dk * g.dv;
   const int64_t layer_floats = window_floats + g.value_heads * s_floats;
   const int64_t group = g.value_heads / g.key_heads, Hk = g.key_heads;

@@ -1,0 +1,106 @@
+#pragma once
+// What every block of a forward pass works with: the thread team that runs it, the profiler
+// that times it, and the rows of the pass it works on; and the activation plan, which carves
+// every block's buffers out of one virtual reservation once, at load, for the largest pass.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+#include "base/memory.h"
+#include "base/threads.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "model/profile.h"
+
+namespace ellm {
+
+class BlockContext {
+ public:
+  explicit BlockContext(ThreadTeam& team) : team(team) {}
+
+  // fn(begin, end) on each member's share of [0, n) rows.
+  template <class Fn>
+  void rows(int64_t n, Fn&& fn) {
+    team.run([&](int member, int n_members) {
+      auto [begin, end] = split_range(n, member, n_members);
+      if (begin < end) fn(begin, end);
+    });
+  }
+  // y (+)= x @ W^T on every member, timed as `op`; decode-sized products share out their last
+  // quarter as the members go (matmul_pool).
+  void gemm(Op op, const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,
+            int64_t ldy, bool accumulate) {
+    profiler.time(op, 2.0 * double(m) * double(w.n) * double(w.k), double(w.bytes), [&] {
+      matmul_pool.store(0, std::memory_order_relaxed);  // run() publishes it to the members
+      team.run([&](int member, int n) {
+        matmul(x, m, ldx, w, y, ldy, accumulate, member, n, &matmul_pool);
+      });
+    });
+  }
+
+  ThreadTeam& team;
+  OpProfiler profiler;
+  std::atomic<uint64_t> expert_bytes_read{0};  // by the MoE layers of this pass
+  alignas(64) std::atomic<int64_t> matmul_pool{0};  // its own cache line: both members add to it
+};
+
+// The rows one part of a pass works on.
+struct PassRows {
+  std::span<const BatchToken> tokens;  // [n]
+  float* x;                            // [n][hidden]  their residual stream
+  float* rope_cos;                     // [n][rotary_dim / 2]  each token's RoPE angles
+  float* rope_sin;
+  int64_t size() const { return int64_t(tokens.size()); }
+};
+
+// The normed rows every block takes as input, in FP32 (the router's) and BF16 (the products'),
+// and the BF16 scratch each block's next product reads.
+struct NormedRows {
+  float* xn;  // [T][hidden]
+  bf16* xb;   // [T][the widest input of any product]
+};
+
+// xn = rmsnorm(x) * weight; xb = bf16(xn)                           rows [0, n) of [n][H]
+inline void rms_norm_to_bf16(BlockContext& ctx, const float* weight, float eps, const float* x,
+                             int64_t n, int64_t H, NormedRows& out) {
+  ctx.profiler.time(Op::norm, 0, 0, [&] {
+    ctx.rows(n, [&](int64_t begin, int64_t end) {
+      rmsnorm(x + begin * H, end - begin, H, H, weight, eps, out.xn + begin * H, H);
+      convert_f32_to_bf16(out.xn + begin * H, out.xb + begin * H, (end - begin) * H);
+    });
+  });
+}
+
+// Carves buffers out of one virtual reservation: describe() names every buffer with its
+// element count (each kAlign-aligned); it runs twice, once to size the reservation and once to
+// hand out the pointers. Pages commit as a pass first touches them, so a plan for a long
+// sequence costs address space, not RAM.
+class ActivationPlan {
+ public:
+  template <class Describe>
+  void build(Describe&& describe) {
+    for (int pass = 0; pass < 2; ++pass) {
+      offset_ = 0;
+      describe(*this);
+      if (pass == 0) {
+        region_ = VirtualRegion(offset_ + kAlign);
+        base_ = region_.data();
+      }
+    }
+  }
+  template <class T>
+  void carve(T*& p, size_t count) {
+    offset_ = (offset_ + kAlign - 1) / kAlign * kAlign;
+    p = base_ ? reinterpret_cast<T*>(base_ + offset_) : nullptr;  // the sizing pass has no base
+    offset_ += count * sizeof(T);
+  }
+
+ private:
+  VirtualRegion region_;
+  uint8_t* base_ = nullptr;
+  size_t offset_ = 0;
+};
+
+}  // namespace ellm

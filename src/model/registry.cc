@@ -1,0 +1,46 @@
+#include "model/registry.h"
+
+#include "base/error.h"
+#include "base/threads.h"
+#include "model/arch/qwen3.h"
+#include "model/arch/qwen35.h"
+
+namespace ellm {
+namespace {
+
+const Architecture kArchitectures[] = {
+    {{"qwen3", "qwen3_moe"}, {""}, parse_qwen3_config, load_qwen3},
+    {{"qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text"}, {"qwen3_5_text"}, parse_qwen35_config, load_qwen35},
+};
+
+}  // namespace
+
+const Architecture* find_architecture(const std::string& model_type) {
+  for (const Architecture& a : kArchitectures)
+    for (const auto* names : {&a.model_types, &a.also})
+      for (const std::string& name : *names)
+        if (name == model_type) return &a;
+  return nullptr;
+}
+
+std::string supported_model_types() {
+  std::vector<std::string> names;
+  for (const Architecture& a : kArchitectures) names.insert(names.end(), a.model_types.begin(), a.model_types.end());
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return out;
+}
+
+std::unique_ptr<Model> Model::load(const std::string& model_dir, const ServingLimits& limits,
+                                   Model* share_threads) {
+  const ModelConfig config = load_model_config(model_dir);
+  std::shared_ptr<ThreadTeam> team = share_threads ? share_threads->thread_team() : nullptr;
+  return find_architecture(config.model_type)->load(model_dir, config, limits, std::move(team));
+}
+
+void Model::fail_no_mtp() {
+  fail("mtp_forward", "this model has no multi-token-prediction head loaded");
+}
+
+}  // namespace ellm
