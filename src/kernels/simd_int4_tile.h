@@ -116,15 +116,14 @@ void int4_int8_group(const Int4Rows& in, int64_t r0, const Int4Group& at, float*
   F part[B][R][kVecs];
   int4_start<V, R, B, V0, kVecs>(at, W::int8_zero, zero, part);
   for (int64_t a = 0; a < at.len / A; ++a) {
-    I sum[B][R][kVecs];
-#pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) {
-      const I minus_s = W::minus_s(s[r * in.ldb + a]);
+    I sum[B][R][kVecs];  // from -zero * s
 #pragma GCC unroll 2
-      for (int j = 0; j < B; ++j)
+    for (int j = 0; j < B; ++j)
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-        for (int v = 0; v < kVecs; ++v) sum[j][r][v] = W::start(zero[j][v], minus_s);
-    }
+        for (int v = 0; v < kVecs; ++v)
+          sum[j][r][v] = W::start(zero[j][v], W::minus_s(s[r * in.ldb + a]));
 #pragma GCC unroll 8
     for (int64_t q = 0; q < A / 4; ++q) {
       const int64_t kk = a * A + 4 * q;
