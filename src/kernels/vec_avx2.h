@@ -1,6 +1,7 @@
 #pragma once
 // AVX2 vector traits: the 8-lane operations the shared SIMD templates (kernels/simd_*.h) are
-// written with. Only files compiled with the AVX2 flags (kernels/avx2/) include this.
+// written with. Only files compiled with the AVX2 flags (kernels/avx2/, tools/avx2/) include
+// this.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -138,6 +139,7 @@ struct Avx2Vec {
   static I and_i(I a, I b) { return _mm256_and_si256(a, b); }
   static I or_i(I a, I b) { return _mm256_or_si256(a, b); }
   static I add_i(I a, I b) { return _mm256_add_epi32(a, b); }
+  static F to_float(I v) { return _mm256_cvtepi32_ps(v); }  // each lane's int32, exactly below 2^24
   static I high_half(I a) { return _mm256_srli_epi32(a, 16); }
   static I select_i(M m, I if_false, I if_true) {
     return _mm256_blendv_epi8(if_false, if_true, _mm256_castps_si256(m));

@@ -1,7 +1,7 @@
 #pragma once
 // AVX-512 vector traits: the 16-lane operations the shared SIMD templates (kernels/simd_*.h) are
-// written with. Only files compiled with the AVX-512 flags (kernels/avx512/, kernels/amx/)
-// include this.
+// written with. Only files compiled with the AVX-512 flags (kernels/avx512/, kernels/amx/,
+// tools/avx512/) include this.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -143,6 +143,7 @@ struct Avx512Vec {
   static I and_i(I a, I b) { return _mm512_and_si512(a, b); }
   static I or_i(I a, I b) { return _mm512_or_si512(a, b); }
   static I add_i(I a, I b) { return _mm512_add_epi32(a, b); }
+  static F to_float(I v) { return _mm512_cvtepi32_ps(v); }  // each lane's int32, exactly below 2^24
   static I high_half(I a) { return _mm512_srli_epi32(a, 16); }
   static I select_i(M m, I if_false, I if_true) { return _mm512_mask_blend_epi32(m, if_false, if_true); }
   static void store_u16(uint16_t* out, I v, int64_t n) {  // each lane's value (< 2^16)

@@ -1,5 +1,5 @@
 // The MTP head of the shared hybrid models against a second implementation written here from
-// ../shared/QWEN35.md (section 4 and "Drafting token t+2"): the whole Qwen3.5 forward, token by
+// docs/models/qwen35.md ("One layer", its MTP head included): the whole Qwen3.5 forward, token by
 // token in plain loops (the recurrent delta rule, the conv window, gated attention over an FP16
 // cache, dense or MoE FFN), then the head: fc over [norm(embed(x_{t+1})) | norm(h_t)], its
 // decoder layer with its own KV, mtp.norm and the shared lm_head, chained on its own output.
@@ -69,7 +69,7 @@ class Reference {
   int64_t vocab() const { return c_.vocab_size; }
 
  private:
-  struct RecurrentState {
+  struct GdnState {
     Vec window, S;
   };
   struct Cache {
@@ -129,8 +129,8 @@ class Reference {
     return y;
   }
 
-  // Gated DeltaNet on one token (QWEN35.md 4a, the recurrent form).
-  Vec gdn(const std::string& p, RecurrentState& st, const Vec& xn) {
+  // Gated DeltaNet on one token (docs/models/qwen35.md, the recurrence).
+  Vec gdn(const std::string& p, GdnState& st, const Vec& xn) {
     const int64_t Hk = c_.linear_num_key_heads, Hv = c_.linear_num_value_heads;
     const int64_t dk = c_.linear_key_head_dim, dv = c_.linear_value_head_dim, CD = c_.conv_dim();
     if (st.window.empty()) st.window.assign(size_t(3 * CD), 0.0f), st.S.assign(size_t(Hv * dk * dv), 0.0f);
@@ -184,7 +184,7 @@ class Reference {
     return linear(p + "out_proj.weight", y, c_.hidden_size);
   }
 
-  // Gated full attention on one token at `pos` (QWEN35.md 4c), K and V cached as FP16.
+  // Gated full attention on one token at `pos` (docs/models/qwen35.md), K and V cached as FP16.
   Vec attention(const std::string& p, Cache& cache, const Vec& xn, int64_t pos) {
     const int64_t nh = c_.num_attention_heads, nkv = c_.num_key_value_heads, hd = c_.head_dim;
     const int64_t rd = c_.rotary_dim(), half = rd / 2;
@@ -277,7 +277,7 @@ class Reference {
   ModelConfig c_;
   SafetensorsStore store_;
   std::map<std::string, Vec> weights_;
-  std::vector<RecurrentState> state_;
+  std::vector<GdnState> state_;
   std::vector<Cache> cache_;
   Cache mtp_cache_;
   int64_t fed_ = 0;

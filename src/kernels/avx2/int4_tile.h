@@ -1,8 +1,8 @@
 #pragma once
-// The AVX2 tier's INT4 kernels (layout and arithmetic in kernels.h) over the shared driver
-// (simd_int4.h), written once for both int8 dot products: vpmaddubsw + vpmaddwd on plain AVX2
-// (int4.cc) and AVX-VNNI's vpdpbusd (int4_vnni.cc, compiled with -mavxvnni); `Dot` is one of
-// them. Only those two files include this header.
+// The AVX2 tier's INT4 kernels (layout and arithmetic in kernels.h): its widening of the codes
+// for the shared group kernels (simd_int4_tile.h), written once for both int8 dot products:
+// vpmaddubsw + vpmaddwd on plain AVX2 (int4.cc) and AVX-VNNI's vpdpbusd (int4_vnni.cc, compiled
+// with -mavxvnni); `Dot` is one of them. Only those two files include this header.
 //
 // A quad (16 columns x 4 inputs in 64 bytes, kernels.h) is two 32-byte halves: half h holds the 4
 // inputs of columns 8h..8h+7 in its low nibbles and of 16 + 8h.. in its high ones, one column per
@@ -12,20 +12,13 @@
 // codes per lane as unsigned bytes, ready for the int8 dot product with 4 inputs.
 #include <immintrin.h>
 
-#include <array>
-#include <cstring>
-#include <utility>
+#include <cstdint>
 
-#include "kernels/simd_int4.h"
+#include "kernels/simd_int4_tile.h"
 #include "kernels/vec_avx2.h"
 
 namespace ellm::avx2 {
 namespace {
-
-using simd::Int4Rows;
-
-constexpr int kF32TileRows = 4;
-constexpr int kInt8TileRows = 4;
 
 // 32 inputs to int8 exactly as simd::quantize_int8_block does.
 inline void quantize_32(const float* x, int8_t* q, float* d, int32_t* s) {
@@ -60,184 +53,62 @@ inline __m256i zeros_of(const uint8_t* zeros) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zeros)));
 }
 
-// out[j][r][8 v] = part[j][r][v - V0] * the group's factors + out, v in [V0, V0 + kVecs).
-template <int R, int B, int V0, int kVecs>
-inline void add_scaled(const __m256 (&part)[B][R][kVecs], const simd::Int4Group& at, float* out) {
-#pragma GCC unroll 2
-  for (int j = 0; j < B; ++j)
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int v = 0; v < kVecs; ++v) {
-        float* o = out + (j * R + r) * kInt4Cols + 8 * (V0 + v);
-        const __m256 factor = _mm256_loadu_ps(at.scales + j * at.ldp + 8 * (V0 + v));
-        _mm256_storeu_ps(o, _mm256_fmadd_ps(part[j][r][v], factor, _mm256_loadu_ps(o)));
-      }
-}
-
-// out[j][r][8 v] = (sum over the group of x * (q - zero)) * factor + out for blocks j < B, rows
-// r < R and vectors v in [V0, V0 + kVecs) (out rows 32 floats apart, blocks R rows apart).
-template <int R, int B, int V0, int kVecs>
-void f32_group(const Int4Rows& in, int64_t r0, const simd::Int4Group& at, float* out) {
-  const float* xf = in.xf + r0 * in.ld + at.k0;
-  const __m256i mask = _mm256_set1_epi32(15);
-  __m256i zero[B][kVecs];
-  __m256 part[B][R][kVecs];
-#pragma GCC unroll 2
-  for (int j = 0; j < B; ++j)
-#pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) {
-      zero[j][v] = zeros_of(at.zeros + j * at.ldp + 8 * (V0 + v));
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) part[j][r][v] = _mm256_setzero_ps();
-    }
-  for (int64_t q = 0; q < at.len / 4; ++q) {
-#pragma GCC unroll 2
-    for (int j = 0; j < B; ++j) {
-      const uint8_t* c = at.codes + j * at.ldc + q * 64;
-      const __m256i half[2] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)),
-                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32))};
-      // Input t: shifted[v] holds vector v's nibble in the low bits of each lane.
-      auto input = [&](int t, const __m256i (&shifted)[4]) {
-        __m256 wv[kVecs];
-#pragma GCC unroll 4
-        for (int v = 0; v < kVecs; ++v)
-          wv[v] = _mm256_cvtepi32_ps(
-              _mm256_sub_epi32(_mm256_and_si256(shifted[V0 + v], mask), zero[j][v]));
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const __m256 a = _mm256_broadcast_ss(xf + r * in.ld + 4 * q + t);
-#pragma GCC unroll 4
-          for (int v = 0; v < kVecs; ++v) part[j][r][v] = _mm256_fmadd_ps(a, wv[v], part[j][r][v]);
-        }
-      };
-      const __m256i h0 = half[0], h1 = half[1];
-      input(0, {h0, h1, _mm256_srli_epi32(h0, 4), _mm256_srli_epi32(h1, 4)});
-      input(1, {_mm256_srli_epi32(h0, 8), _mm256_srli_epi32(h1, 8), _mm256_srli_epi32(h0, 12),
-                _mm256_srli_epi32(h1, 12)});
-      input(2, {_mm256_srli_epi32(h0, 16), _mm256_srli_epi32(h1, 16), _mm256_srli_epi32(h0, 20),
-                _mm256_srli_epi32(h1, 20)});
-      input(3, {_mm256_srli_epi32(h0, 24), _mm256_srli_epi32(h1, 24), _mm256_srli_epi32(h0, 28),
-                _mm256_srli_epi32(h1, 28)});
-    }
-  }
-  add_scaled<R, B, V0, kVecs>(part, at, out);
-}
-
-// The same with int8 inputs: per block of A inputs, int32 sums from -zero * s (Dot::add adds
-// the products of 4 unsigned codes and 4 int8 inputs to each lane), then partial = float(sum) *
-// d + partial; at the end out = partial * factor + out.
-template <class Dot, int R, int B, int V0, int kVecs, int kA>
-void int8_group(const Int4Rows& in, int64_t r0, const simd::Int4Group& at, float* out) {
-  const int64_t A = kA ? kA : at.A;
-  const int8_t* xq = in.xq + r0 * in.ld + at.k0;
-  const int32_t* s = in.s + r0 * in.ldb + at.a0;
-  const float* d = in.d + r0 * in.ldb + at.a0;
-  const __m256i nibble = _mm256_set1_epi8(15);
-  __m256 part[B][R][kVecs];
-#pragma GCC unroll 2
-  for (int j = 0; j < B; ++j)
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int v = 0; v < kVecs; ++v) part[j][r][v] = _mm256_setzero_ps();
-  for (int64_t a = 0; a < at.len / A; ++a) {
-    __m256i sum[B][R][kVecs];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const __m256i minus_s = _mm256_set1_epi32(-s[r * in.ldb + a]);
-#pragma GCC unroll 2
-      for (int j = 0; j < B; ++j)
-#pragma GCC unroll 4
-        for (int v = 0; v < kVecs; ++v)
-          sum[j][r][v] = _mm256_mullo_epi32(
-              zeros_of(at.zeros + j * at.ldp + 8 * (V0 + v)), minus_s);
-    }
-#pragma GCC unroll 8
-    for (int64_t q = 0; q < A / 4; ++q) {
-      const int64_t kk = a * A + 4 * q;
-#pragma GCC unroll 2
-      for (int j = 0; j < B; ++j) {
-        const uint8_t* c = at.codes + j * at.ldc + kk * 16;
-        const __m256i h0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
-        const __m256i h1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32));
-        __m256i codes[kVecs];
-#pragma GCC unroll 4
-        for (int v = 0; v < kVecs; ++v) {
-          const __m256i h = (V0 + v) & 1 ? h1 : h0;
-          codes[v] = _mm256_and_si256((V0 + v) >> 1 ? _mm256_srli_epi16(h, 4) : h, nibble);
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          int32_t four;
-          std::memcpy(&four, xq + r * in.ld + kk, 4);
-          const __m256i x4 = _mm256_set1_epi32(four);
-#pragma GCC unroll 4
-          for (int v = 0; v < kVecs; ++v) sum[j][r][v] = Dot::add(sum[j][r][v], codes[v], x4);
-        }
-      }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const __m256 factor = _mm256_set1_ps(d[r * in.ldb + a]);
-#pragma GCC unroll 2
-      for (int j = 0; j < B; ++j)
-#pragma GCC unroll 4
-        for (int v = 0; v < kVecs; ++v)
-          part[j][r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[j][r][v]), factor, part[j][r][v]);
-    }
-  }
-  add_scaled<R, B, V0, kVecs>(part, at, out);
-}
-
-// A whole group of R rows of B blocks: one row of two blocks takes each block whole; otherwise
-// the low and the high 16 columns one after the other, so that the sums stay in registers. Int8
-// inputs in blocks of kA (0: at.A).
-template <class Dot, bool kInt8, int R, int B, int kA>
-void group(const Int4Rows& in, int64_t r0, const simd::Int4Group& at, float* out) {
-  if constexpr (kInt8) {
-    int8_group<Dot, R, B, 0, 2, kA>(in, r0, at, out);
-    int8_group<Dot, R, B, 2, 2, kA>(in, r0, at, out);
-  } else if constexpr (R == 1) {
-    f32_group<R, B, 0, 4>(in, r0, at, out);
-  } else {
-    f32_group<R, B, 0, 2>(in, r0, at, out);
-    f32_group<R, B, 2, 2>(in, r0, at, out);
-  }
-}
-
-using GroupFn = void (*)(const Int4Rows&, int64_t, const simd::Int4Group&, float*);
-
+// The codes of the shared group kernels (simd_int4_tile.h): vectors of 8 columns, 4 to a block.
 template <class Dot>
-struct Tier {
-  static constexpr int64_t kDecodeRows = 4;
-  template <bool kInt8, int kA, int... R>
-  static constexpr std::array<GroupFn, sizeof...(R)> by_rows(std::integer_sequence<int, R...>) {
-    return {group<Dot, kInt8, R + 1, 1, kA>...};
-  }
-  static constexpr auto kF32 = by_rows<false, 0>(std::make_integer_sequence<int, kF32TileRows>());
-  static constexpr auto kInt8 = by_rows<true, 32>(std::make_integer_sequence<int, kInt8TileRows>());
-  static constexpr auto kInt8AnyBlock =
-      by_rows<true, 0>(std::make_integer_sequence<int, kInt8TileRows>());
+struct Int4Codes {
+  static constexpr int kF32TileRows = 4;
+  static constexpr int kInt8TileRows = 4;
+  static constexpr int kPairRows = 1;
+  // One row of two blocks takes each block whole; otherwise the low and the high 16 columns one
+  // after the other, so that the sums stay in registers.
+  static constexpr int part_vectors(bool int8, int rows) { return !int8 && rows == 1 ? 4 : 2; }
 
-  static int64_t tile_rows(const PackedWeights& w) {
-    return w.int8_inputs ? kInt8TileRows : kF32TileRows;
+  struct Quad {
+    __m256i h0, h1;
+  };
+  static Quad load(const uint8_t* c) {
+    return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32))};
   }
-  static int64_t blocks_at_once(const PackedWeights&, int64_t rows) { return rows == 1 ? 2 : 1; }
-  static void prepare(const bf16* x, int64_t ldx, int64_t rows, const PackedWeights& w,
-                      Int4Rows& in) {
-    simd::int4_prepare<Avx2Vec>(x, ldx, rows, w, in, quantize_32);
+  // Vector v of input t: half v & 1, shifted by 8t (+ 4 for the high columns, v >> 1).
+  template <int t>
+  static void nibbles(const Quad& q, __m256i (&out)[4]) {
+    if constexpr (t == 0) {
+      out[0] = q.h0, out[1] = q.h1;
+    } else {
+      out[0] = _mm256_srli_epi32(q.h0, 8 * t), out[1] = _mm256_srli_epi32(q.h1, 8 * t);
+    }
+    out[2] = _mm256_srli_epi32(q.h0, 8 * t + 4), out[3] = _mm256_srli_epi32(q.h1, 8 * t + 4);
   }
-  static void run(const Int4Rows& in, int64_t r0, int64_t rows, const PackedWeights& w,
-                  int64_t b, int64_t blocks, float* out) {
-    const bool blocks_of_32 = int8_block(w.group) == 32;
-    const GroupFn fn =
-        !w.int8_inputs ? (blocks == 2 ? group<Dot, false, 1, 2, 0> : kF32[size_t(rows - 1)])
-        : blocks == 2  ? (blocks_of_32 ? group<Dot, true, 1, 2, 32> : group<Dot, true, 1, 2, 0>)
-                       : (blocks_of_32 ? kInt8 : kInt8AnyBlock)[size_t(rows - 1)];
-    simd::for_each_group(w, b, [&](const simd::Int4Group& at) { fn(in, r0, at, out); });
+
+  using F32Zero = __m256i;
+  static __m256i f32_zero(const uint8_t* zeros) { return zeros_of(zeros); }
+  static __m256 f32_weight(__m256i nibbles, __m256i zero) {
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(nibbles, _mm256_set1_epi32(15)), zero));
+  }
+
+  static void int8_codes(const Quad& q, __m256i (&codes)[4]) {
+    const __m256i nibble = _mm256_set1_epi8(15);
+    codes[0] = _mm256_and_si256(q.h0, nibble);
+    codes[1] = _mm256_and_si256(q.h1, nibble);
+    codes[2] = _mm256_and_si256(_mm256_srli_epi16(q.h0, 4), nibble);
+    codes[3] = _mm256_and_si256(_mm256_srli_epi16(q.h1, 4), nibble);
+  }
+  using Int8Zero = const uint8_t*;  // widened where a block of inputs starts its sums
+  static const uint8_t* int8_zero(const uint8_t* zeros) { return zeros; }
+  static __m256i minus_s(int32_t s) { return _mm256_set1_epi32(-s); }
+  static __m256i start(const uint8_t* zeros, __m256i minus_s) {
+    return _mm256_mullo_epi32(zeros_of(zeros), minus_s);
+  }
+  static __m256i dot(__m256i sum, __m256i codes, __m256i x4) { return Dot::add(sum, codes, x4); }
+
+  static void quantize_32(const float* x, int8_t* q, float* d, int32_t* s) {
+    avx2::quantize_32(x, q, d, s);
   }
 };
+
+template <class Dot>
+using Tier = simd::Int4Tier<Avx2Vec, Int4Codes<Dot>>;
 
 }  // namespace
 }  // namespace ellm::avx2

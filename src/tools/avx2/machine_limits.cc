@@ -1,29 +1,18 @@
+// The AVX2 tier's peak loop and read loops, for measure_peak_flops and the read bandwidth probe.
 #include <immintrin.h>
 
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/vec_avx2.h"
+#include "tools/simd_peak_loop.h"
+
 namespace ellm {
 
-// FP32 FMA peak (no BF16 dot product on AVX2): 2 FLOP per lane per FMA.
+// FP32 FMA peak (no BF16 dot product on AVX2).
 float peak_loop_avx2_fma(int64_t iterations) {
-  __m256 acc[12];
-#pragma GCC unroll 12
-  for (auto& x : acc) {  // opaque, so the compiler cannot merge identical chains
-    x = _mm256_setzero_ps();
-    __asm__ volatile("" : "+x"(x));
-  }
-  __m256 a = _mm256_set1_ps(1.0f), b = _mm256_set1_ps(0.5f);
-  for (int64_t i = 0; i < iterations; ++i) {
-    // Fully unrolled, or GCC keeps acc[] in memory and the loop measures store forwarding.
-#pragma GCC unroll 12
-    for (auto& x : acc) x = _mm256_fmadd_ps(a, b, x);
-    __asm__ volatile("" : "+x"(a));
-  }
-  __m256 sum = acc[0];
-  for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, acc[i]);
   float out[8];
-  _mm256_storeu_ps(out, sum);
+  _mm256_storeu_ps(out, peak_loop_fma<Avx2Vec>(iterations));
   return out[0];
 }
 

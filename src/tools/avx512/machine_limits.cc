@@ -1,49 +1,26 @@
+// The AVX-512 tier's peak loops and read loops, for measure_peak_flops and the read bandwidth
+// probe.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/vec_avx512.h"
+#include "tools/simd_peak_loop.h"
+
 namespace ellm {
 
-// 12 independent accumulator chains hide the dot-product latency, so the loop runs at the FMA
-// pipes' throughput. Returns a value so the compiler cannot drop the work.
+// The BF16 dot-product peak (peak_loop), 2 BF16 pairs per lane per vdpbf16ps.
 float peak_loop_avx512_bf16(int64_t iterations) {
-  __m512 acc[12];
-#pragma GCC unroll 12
-  for (auto& x : acc) {  // opaque, so the compiler cannot merge identical chains
-    x = _mm512_setzero_ps();
-    __asm__ volatile("" : "+v"(x));
-  }
-  __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3c00);
-  for (int64_t i = 0; i < iterations; ++i) {
-    // Fully unrolled, or GCC keeps acc[] in memory and the loop measures store forwarding.
-#pragma GCC unroll 12
-    for (auto& x : acc) x = _mm512_dpbf16_ps(x, a, b);
-    __asm__ volatile("" : "+v"(a));  // keep the inputs opaque
-  }
-  __m512 sum = acc[0];
-  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
-  return _mm512_reduce_add_ps(sum);
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3c00);
+  return _mm512_reduce_add_ps(peak_loop<Avx512Vec>(
+      iterations, a, b, [](__m512 x, __m512bh p, __m512bh q) { return _mm512_dpbf16_ps(x, p, q); }));
 }
 
 // The same with FP32 FMAs: the peak of work that stays in FP32.
 float peak_loop_avx512_fma(int64_t iterations) {
-  __m512 acc[12];
-#pragma GCC unroll 12
-  for (auto& x : acc) {
-    x = _mm512_setzero_ps();
-    __asm__ volatile("" : "+v"(x));
-  }
-  __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(0.5f);
-  for (int64_t i = 0; i < iterations; ++i) {
-#pragma GCC unroll 12
-    for (auto& x : acc) x = _mm512_fmadd_ps(a, b, x);
-    __asm__ volatile("" : "+v"(a));
-  }
-  __m512 sum = acc[0];
-  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
-  return _mm512_reduce_add_ps(sum);
+  return _mm512_reduce_add_ps(peak_loop_fma<Avx512Vec>(iterations));
 }
 
 // Sums 64-bit words of [data, data+bytes) with four streams of 512-bit loads, 2 KiB at a time.
