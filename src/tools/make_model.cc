@@ -49,7 +49,7 @@ ModelConfig moe(ModelConfig c, int64_t experts, int64_t per_token, int64_t exper
   return c;
 }
 
-// The Qwen3.5 generation (QWEN35.md section 2): three Gated DeltaNet layers to one of gated
+// The Qwen3.5 generation (docs/models/qwen35.md): three Gated DeltaNet layers to one of gated
 // attention, head_dim 256 with RoPE on its first 64 dims, GDN heads of 128, vocabulary 248,320.
 ModelConfig hybrid(int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads,
                    int64_t v_heads, int64_t ffn, bool tied) {

@@ -126,7 +126,7 @@ struct DeltaInputs {
   }
 };
 
-// The recurrence of QWEN35.md 4a in double: decay, error against the decayed state, rank-1
+// The recurrence of docs/models/qwen35.md in double: decay, error against the decayed state, rank-1
 // update, read-out.
 void reference_delta(const DeltaInputs& in, std::vector<double>& S, std::vector<double>& out) {
   S = widen(in.S0);

@@ -64,7 +64,7 @@ TEST(Qwen35Presets, CutToFourLayersLoadAndRunInBf16AndFp8FusedAndPerExpert) {
 }
 
 TEST(Qwen35Presets, RealShapesHaveTheStateAndKvSizesOfTheNote) {
-  // QWEN35.md 5.1: the recurrent state per GDN layer and the KV per token at full depth.
+  // docs/models/qwen35.md: the recurrent state per GDN layer and the KV per token at full depth.
   ModelConfig c27 = preset_config("qwen3.6-27b"), c35 = preset_config("qwen3.6-35b-a3b");
   EXPECT_EQ(c27.conv_dim(), 10240);
   EXPECT_EQ(c35.conv_dim(), 8192);

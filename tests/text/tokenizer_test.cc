@@ -427,7 +427,7 @@ std::vector<std::string> pieces(const std::string& pattern, const std::string& t
   return out;
 }
 
-// Qwen3.5's pre-tokenizer regex (its tokenizer.json, as QWEN35.md gives it) adds \p{M} to letter
+// Qwen3.5's pre-tokenizer regex (its tokenizer.json, as docs/models/qwen35.md gives it) adds \p{M} to letter
 // runs: a word in Devanagari or Thai stays one piece, where Qwen3's regex splits at every
 // combining mark. On text without marks the two agree. The regex comes from tokenizer.json, so
 // this checks the engine that runs it.

@@ -1,5 +1,5 @@
 #pragma once
-// The static KV cache (DESIGN.md idea 2): per layer one virtual reservation holding
+// The static KV cache (docs/design.md): per layer one virtual reservation holding
 //   K [slot][position][kv_head][head_dim]  then  V [slot][position][kv_head][head_dim]  (FP16:
 // half the bytes FP32 would take, which is what decode attention streams per token; 8x finer
 // than BF16, and writes saturate at +-65504, so a large value cannot become infinity).
