@@ -241,7 +241,7 @@ void Qwen3Model::validate(std::span<const BatchToken> tokens) const {
     if (t.position < 0 || t.position >= limits_.sequence_length)
       fail("forward", "position " + std::to_string(t.position) + " is beyond the sequence length " +
                           std::to_string(limits_.sequence_length));
-    if (t.capture_state && !config_.is_hybrid())
+    if (t.snapshot && !config_.is_hybrid())
       fail("forward", "a token asks for a copy of its recurrent state, but this model has none");
   }
 }

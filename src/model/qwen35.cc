@@ -17,9 +17,9 @@ float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // 
 // of a 128 x 128 head takes 2.3 us, a chunk of 17 tokens 21 us and one of 64 tokens 64 us).
 constexpr int64_t kRecurrentRun = 16;
 
-// Where the state after a run's last token is to be copied (BatchToken::capture_state).
+// Where the state after a run's last token is to be copied (BatchToken::snapshot).
 uint8_t* captured_after(const PassRows& r, const SlotRun& run) {
-  return r.tokens[run.begin + run.count - 1].capture_state;
+  return r.tokens[run.begin + run.count - 1].snapshot;
 }
 
 }  // namespace
@@ -77,7 +77,7 @@ int64_t Qwen3Model::find_slot_runs(std::span<const BatchToken> tokens) {
   for (int64_t t = 0; t < int64_t(tokens.size()); ++t) {
     // A run ends where a state is captured: its chunks of the delta rule end there too.
     if (t > 0 && tokens[t].slot == tokens[t - 1].slot &&
-        tokens[t].position == tokens[t - 1].position + 1 && !tokens[t - 1].capture_state) {
+        tokens[t].position == tokens[t - 1].position + 1 && !tokens[t - 1].snapshot) {
       ++act_.runs[n_runs - 1].count;
       continue;
     }

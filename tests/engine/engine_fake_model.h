@@ -173,7 +173,7 @@ class FakeModel : public Model {
     h = fold(h, t.token);
     write_state(state, h, count + 1);
     end = t.position + 1;
-    if (t.capture_state) std::memcpy(t.capture_state, state.data(), kStateBytes);
+    if (t.snapshot) std::memcpy(t.snapshot, state.data(), kStateBytes);
     return h;
   }
 

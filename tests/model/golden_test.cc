@@ -319,7 +319,7 @@ TEST_P(GoldenSession, ResumedFromACopyPassesTheReferenceRule) {
   std::vector<uint8_t> snapshot(model->state_bytes_per_slot());
   std::vector<BatchToken> batch;
   for (int32_t p = 0; p < int32_t(prompt.size()); ++p) batch.push_back({prompt[p], 0, p, true});
-  if (model->has_recurrent_state()) batch[at - 1].capture_state = snapshot.data();
+  if (model->has_recurrent_state()) batch[at - 1].snapshot = snapshot.data();
   std::vector<float> logits(prompt.size() * size_t(V));
   model->forward(batch, logits.data());
 

@@ -306,7 +306,7 @@ TEST(Qwen35Snapshots, ACapturedStateResumesAnotherSlotBitForBit) {
       };
       // Slot 0: one pass over all 100, capturing after token 69.
       std::vector<BatchToken> marked = batch_of(0, 0, 100);
-      marked[at - 1].capture_state = snapshot.data();
+      marked[at - 1].snapshot = snapshot.data();
       std::vector<float> one_pass(100 * size_t(V));
       model->forward(marked, one_pass.data());
       // Slot 1: two passes split there; the state between them is the snapshot.
