@@ -3,6 +3,8 @@
 // in one Model::forward or, when the prefill would stall the generating slots too long, in
 // parts with their decode steps in between. The logits rows go to the requests' output
 // (request_output.h) through Scheduler::on_logits.
+#include "engine/scheduler/scheduler.h"
+
 #include <algorithm>
 #include <exception>
 #include <mutex>
@@ -10,7 +12,6 @@
 #include <string>
 
 #include "engine/prompt_lookup.h"
-#include "engine/scheduler/scheduler.h"
 #include "engine/speculative_depth.h"
 #include "model/config.h"
 

@@ -1,6 +1,8 @@
 // Placing a queued request in a slot: where its prefix comes from (a slot, busy or idle, or the
 // session store on the restorer thread), which slot it takes, and starting it there. The
 // sessions the slots hold move through SlotSessions (slot_sessions.h).
+#include "engine/scheduler/scheduler.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -9,7 +11,6 @@
 #include <string>
 
 #include "base/log.h"
-#include "engine/scheduler/scheduler.h"
 
 namespace ellm {
 
