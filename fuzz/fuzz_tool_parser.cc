@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/output_parser.h"
+#include "server/output_parser.h"
 
 namespace {
 

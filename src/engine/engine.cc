@@ -6,7 +6,7 @@
 #include <tuple>
 
 #include "base/error.h"
-#include "engine/scheduler.h"
+#include "engine/scheduler/scheduler.h"
 #include "grammar/token_mask.h"
 #include "text/tokenizer/tokenizer.h"
 

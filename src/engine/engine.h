@@ -19,7 +19,7 @@
 
 #include "engine/request.h"
 #include "engine/session_store.h"
-#include "engine/speculation.h"
+#include "engine/proposer.h"
 
 namespace ellm {
 
@@ -75,7 +75,7 @@ struct EngineOptions {
   // Testing hook: the scheduler waits this long before each scripted token, so a stream's
   // tokens come apart at a pace its reader keeps up with (a slow reader gets them merged).
   double scripted_token_seconds = 0;
-  // Speculative decoding (engine/speculation.h): the proposer of requests that do not name one,
+  // Speculative decoding (engine/proposer.h): the proposer of requests that do not name one,
   // and the most tokens a stream proposes per pass (0: no speculative decoding; the model must
   // be loaded with ServingLimits::speculative_tokens at least this). Streams propose fewer
   // when fewer are kept, and a pass carries at most speculative_pass_rows next tokens and

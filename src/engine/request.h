@@ -23,7 +23,7 @@ struct RequestError : Error {
   std::string param;
 };
 
-struct OutputConstraint;  // engine/token_mask.h: a grammar the output must follow
+struct OutputConstraint;  // grammar/token_mask.h: a grammar the output must follow
 
 struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy

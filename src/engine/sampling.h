@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/engine.h"
+#include "engine/request.h"
 
 namespace ellm {
 

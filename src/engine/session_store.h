@@ -52,7 +52,7 @@ struct SessionTierMetrics {
   int64_t evictions = 0;                // sessions dropped from this tier by its budget
   int64_t failures = 0;                 // failed writes or restores (the session is dropped)
   int64_t sessions = 0, bytes = 0;      // held now
-  // Snapshots of a hybrid model's state: taken into this tier (hot: captured by passes),
+  // Snapshots of a hybrid model's state: taken into this tier (hot: taken by passes),
   // restored from it into slots, and pushed out of it; their bytes; held now.
   int64_t snapshots_taken = 0, snapshot_bytes_taken = 0;
   int64_t snapshots_restored = 0, snapshot_bytes_restored = 0;

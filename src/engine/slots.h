@@ -2,7 +2,7 @@
 // Slots. A slot is one row of the model's static KV cache, where a sequence decodes; after a
 // request ends it keeps the tokens whose KV it wrote (a hot session) until the slot is needed.
 // Which slot a request takes, and what the choice costs, is decided here; the scheduler loop
-// (scheduler.cc) only asks. Sessions that leave a slot go to the session store.
+// (scheduler/) only asks. Sessions that leave a slot go to the session store.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -19,7 +19,7 @@ struct Slot {
   int64_t reserved = 0;         // positions its running request may reach; 0 when idle
   uint64_t last_used = 0;       // LRU clock of the last admission or finish
   bool busy = false;            // running a request, or having its prefix restored
-  // Hybrid models: snapshots of the state inside tokens (captured by passes, or brought along
+  // Hybrid models: snapshots of the state inside tokens (taken by passes, or brought along
   // from the store), and where the model's live state ends (Model::state_end, -1: not valid).
   std::vector<StateSnapshot> snapshots;
   int64_t state_end = -1;

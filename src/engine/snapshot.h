@@ -1,9 +1,10 @@
 #pragma once
 // Snapshots of a hybrid model's recurrent state (Model::state_ranges). The state folds in the
 // whole prefix, so a session of a hybrid model resumes only where it holds a snapshot, with the
-// KV rows below it. Passes capture them (BatchToken::snapshot) where a continuation is
+// KV rows below it. Passes take them (BatchToken::snapshot) where a continuation is
 // likely to start: the end of each request, the end of a prefix shared with another session,
 // and every --state-snapshot-interval positions of a long prompt.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>

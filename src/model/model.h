@@ -60,10 +60,11 @@ struct BatchToken {
   // Part of a group of tokens being checked (speculative decoding) that may be cut short:
   // the slot's speculative tokens, over one or more passes, stay open until accept().
   bool speculative = false;
-  // Hybrid models: where the pass copies the slot's recurrent state once this token is folded
-  // in (the state at position + 1): state_bytes_per_slot() bytes, laid out as the ranges of
-  // state_ranges() one after another. Null: no copy. The pass computes the slot's tokens up to
-  // here and after here as two runs, so the copy is exactly the state a pass ending here leaves.
+  // Hybrid models: where the pass writes a snapshot of the slot's recurrent state after this
+  // token (the state at position + 1): state_bytes_per_slot() bytes, laid out as the ranges of
+  // state_ranges() one after another. Null: no snapshot. The pass computes the slot's tokens up
+  // to here and after here as two runs, so the snapshot is exactly the state a pass ending here
+  // leaves.
   uint8_t* snapshot = nullptr;
 };
 

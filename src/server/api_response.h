@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
-#include "engine/output_parser.h"
 #include "server/api_request.h"
+#include "server/output_parser.h"
 
 namespace ellm {
 

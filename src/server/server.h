@@ -8,8 +8,8 @@
 #include <string>
 
 #include "engine/engine.h"
-#include "engine/output_parser.h"
 #include "server/http_server.h"
+#include "server/output_parser.h"
 
 namespace ellm {
 

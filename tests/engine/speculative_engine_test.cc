@@ -8,6 +8,8 @@
 #include "base/cpu.h"
 #include "base/error.h"
 #include "engine/engine.h"
+#include "engine/prompt_lookup.h"
+#include "engine/speculative_depth.h"
 #include "engine_fake_model.h"
 #include "engine_test_util.h"
 #include "tiers_under_test.h"
@@ -87,8 +89,8 @@ TEST(SpeculativeEngine, StreamsThatMissStopProposingOthersGoOn) {
   EXPECT_GT(counts.accepted, 70);
 }
 
-TEST(SpeculationControl, DepthFollowsTheRateAndPausesBelowWorth) {
-  SpeculationControl c;
+TEST(SpeculativeDepth, DepthFollowsTheRateAndPausesBelowWorth) {
+  SpeculativeDepth c;
   c.start(8);
   EXPECT_EQ(c.depth(), 2);  // the prior: 60% kept
   for (int i = 0; i < 10; ++i) c.record(c.depth(), c.depth());

@@ -1,4 +1,4 @@
-#include "engine/tool_parser.h"
+#include "server/tool_parser.h"
 
 #include <cctype>
 #include <charconv>

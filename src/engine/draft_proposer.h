@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/speculation.h"
+#include "engine/proposer.h"
 #include "model/model.h"
 
 namespace ellm {
@@ -22,10 +22,10 @@ struct DraftJob {
   int made = 0;                       // out: how many were made
 };
 
-class Drafter {
+class DraftProposer {
  public:
   // `vocab_limit`: ids at or above it (padding rows of the embedding) are never proposed.
-  Drafter(Model& target, std::unique_ptr<Model> draft, int64_t vocab_limit);
+  DraftProposer(Model& target, std::unique_ptr<Model> draft, int64_t vocab_limit);
   Model* draft_model() { return draft_.get(); }
 
   // Fills every job's proposals, with `proposer` (mtp or draft) for all of them.

@@ -1,11 +1,11 @@
-#include "engine/output_parser.h"
+#include "server/output_parser.h"
 
 #include <random>
 
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
-#include "engine/tool_parser.h"
+#include "server/tool_parser.h"
 
 namespace ellm {
 

@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/tool_parser.h"
+#include "server/tool_parser.h"
 
 namespace ellm {
 

@@ -1,7 +1,7 @@
 // OutputParser: every case is parsed whole, byte by byte, code point by code point and in random
 // chunks, with tool calls sent whole and streamed (stream_tool_calls); all splits must give the
 // same exact result, and the deltas must add up to it.
-#include "engine/output_parser.h"
+#include "server/output_parser.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "base/error.h"
-#include "engine/tool_parser.h"
+#include "server/tool_parser.h"
 
 namespace ellm {
 namespace {

@@ -1,7 +1,8 @@
-#include "engine/drafter.h"
+#include "engine/draft_proposer.h"
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -9,7 +10,7 @@
 
 namespace ellm {
 
-Drafter::Drafter(Model& target, std::unique_ptr<Model> draft, int64_t vocab_limit)
+DraftProposer::DraftProposer(Model& target, std::unique_ptr<Model> draft, int64_t vocab_limit)
     : target_(target), draft_(std::move(draft)), vocab_limit_(std::min(vocab_limit, target.vocab_size())) {
   const int64_t slots = target.limits().batch_size;
   if (draft_) {
@@ -31,11 +32,11 @@ Drafter::Drafter(Model& target, std::unique_ptr<Model> draft, int64_t vocab_limi
   logits_.resize(size_t(slots * target.vocab_size()));
 }
 
-int32_t Drafter::best(const float* row) const {
+int32_t DraftProposer::best(const float* row) const {
   return int32_t(std::max_element(row, row + vocab_limit_) - row);
 }
 
-void Drafter::propose(Proposer proposer, std::span<DraftJob> jobs) {
+void DraftProposer::propose(Proposer proposer, std::span<DraftJob> jobs) {
   for (DraftJob& job : jobs) job.made = 0;
   if (jobs.empty()) return;
   if (proposer == Proposer::mtp) return propose_mtp(jobs);
@@ -43,7 +44,7 @@ void Drafter::propose(Proposer proposer, std::span<DraftJob> jobs) {
 }
 
 // One mtp_forward per depth: the slot's next token first, then each draft after the last.
-void Drafter::propose_mtp(std::span<DraftJob> jobs) {
+void DraftProposer::propose_mtp(std::span<DraftJob> jobs) {
   const int64_t V = target_.vocab_size();
   for (int d = 0;; ++d) {
     batch_.clear();
@@ -69,7 +70,7 @@ void Drafter::propose_mtp(std::span<DraftJob> jobs) {
 // prefix is dropped; a recurrent state starts over), then feeds the slots what they miss, but
 // for the tokens the first draft pass can take beside their next tokens. Returns how many that
 // pass still has to feed.
-int64_t Drafter::catch_up(std::span<DraftJob> jobs) {
+int64_t DraftProposer::catch_up(std::span<DraftJob> jobs) {
   const bool recurrent = draft_->has_recurrent_state();
   int64_t behind = 0;
   for (DraftJob& job : jobs) {
@@ -100,7 +101,7 @@ int64_t Drafter::catch_up(std::span<DraftJob> jobs) {
 
 // The draft model: what its slots miss and their next tokens (one pass), then one pass per
 // further draft, each draft fed as a speculative token of its slot.
-void Drafter::propose_draft(std::span<DraftJob> jobs) {
+void DraftProposer::propose_draft(std::span<DraftJob> jobs) {
   const int64_t V = draft_->vocab_size();
   try {
     catch_up(jobs);
@@ -138,7 +139,7 @@ void Drafter::propose_draft(std::span<DraftJob> jobs) {
   }
 }
 
-void Drafter::accepted(int slot, int64_t end) {
+void DraftProposer::accepted(int slot, int64_t end) {
   if (!draft_ || chain_[slot].empty()) return;
   // The draft model fed drafts [group_begin, group_begin + chain size) speculatively.
   const int64_t begin = group_begin_[slot];
@@ -148,7 +149,7 @@ void Drafter::accepted(int slot, int64_t end) {
   chain_[slot].clear();
 }
 
-void Drafter::forget(int slot) {
+void DraftProposer::forget(int slot) {
   if (!draft_) return;
   held_[slot].clear();
   chain_[slot].clear();
