@@ -1,5 +1,5 @@
 #pragma once
-// The session store (DESIGN.md idea 4): token sequences with their KV, kept after they leave
+// The session store (docs/design.md): token sequences with their KV, kept after they leave
 // the slots. Sessions live warm in RAM (a copy of their KV rows) and, with a directory, cold on
 // disk (engine/session_file.h), which survives restarts and may be shared by replicas. The
 // scheduler copies a session out of a slot it needs (put) and copies the best stored prefix of
