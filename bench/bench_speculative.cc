@@ -180,7 +180,7 @@ GenerateRequest greedy(std::vector<int32_t> prompt, int64_t max_tokens, const ch
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string model_dir, draft_dir, file = ELLM_SOURCE_DIR "/src/engine/scheduler.cc";
+  std::string model_dir, draft_dir, file = ELLM_SOURCE_DIR "/src/engine/session_store.cc";
   int64_t tokens = 128, file_tokens = 2000, copy_tokens = 512;
   int threads = 0;
   std::vector<int> ks = {2, 4, 8};

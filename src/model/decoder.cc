@@ -39,14 +39,15 @@ void load_decoder_weights(const std::string& model_dir, const ModelConfig& c,
       m.store.find("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   std::vector<std::string> skipped = {"model.visual."};
   if (!options.mtp) skipped.push_back("mtp.");
+  const std::string embedding = root + "embed_tokens.weight";
   TensorLoader load(m.store, c.int4, options.isa, options.quantize_fp8, options.quantize_int4,
-                    options.quantize_lm_head, skipped);
+                    options.quantize_lm_head, skipped, c.tie_word_embeddings ? embedding : "");
 
   const int64_t H = c.hidden_size, V = c.vocab_size;
-  m.embedding = load.embedding(root + "embed_tokens.weight", V, H, m.embedding_copy);
+  m.embedding = load.embedding(embedding, V, H, m.embedding_copy);
   load_layers(load, root);
   m.final_norm = (load.*norm)(root + "norm.weight", H);
-  m.lm_head = load.packed({c.tie_word_embeddings ? root + "embed_tokens.weight" : "lm_head.weight"},
+  m.lm_head = load.packed({c.tie_word_embeddings ? embedding : "lm_head.weight"},
                           {V}, H, /*quantizable=*/false, /*lm_head=*/true);
   m.bytes = load.bytes();
   m.fp8_bytes = load.fp8_bytes();

@@ -8,9 +8,15 @@
 namespace ellm {
 namespace {
 
+template <class Arch>
+std::unique_ptr<Model> load_as(const std::string& model_dir, const ModelConfig& config,
+                               const ServingLimits& limits, std::shared_ptr<ThreadTeam> team) {
+  return std::make_unique<Arch>(model_dir, config, limits, std::move(team));
+}
+
 const Architecture kArchitectures[] = {
-    {{"qwen3", "qwen3_moe"}, {""}, parse_qwen3_config, load_qwen3},
-    {{"qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text"}, {"qwen3_5_text"}, parse_qwen35_config, load_qwen35},
+    {{"qwen3", "qwen3_moe"}, {""}, parse_qwen3_config, load_as<Qwen3Model>},
+    {{"qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text"}, {"qwen3_5_text"}, parse_qwen35_config, load_as<Qwen35Model>},
 };
 
 }  // namespace

@@ -140,9 +140,4 @@ std::string Qwen3Model::kv_format() const {
          " head_dim=" + std::to_string(config_.head_dim) + " rope_theta=" + std::to_string(config_.rope_theta);
 }
 
-std::unique_ptr<Model> load_qwen3(const std::string& model_dir, const ModelConfig& config,
-                                  const ServingLimits& limits, std::shared_ptr<ThreadTeam> team) {
-  return std::make_unique<Qwen3Model>(model_dir, config, limits, std::move(team));
-}
-
 }  // namespace ellm

@@ -52,9 +52,7 @@ class Qwen3Model final : public Decoder {
   MoeBuffers moe_;
 };
 
-// The registry's entry points (registry.cc).
+// The config parser the registry calls (registry.cc).
 void parse_qwen3_config(const nlohmann::json& j, const std::string& where, ModelConfig& c);
-std::unique_ptr<Model> load_qwen3(const std::string& model_dir, const ModelConfig& config,
-                                  const ServingLimits& limits, std::shared_ptr<ThreadTeam> team);
 
 }  // namespace ellm

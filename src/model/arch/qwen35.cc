@@ -309,9 +309,4 @@ std::string Qwen35Model::kv_format() const {
          " rope_theta=" + std::to_string(c.rope_theta);
 }
 
-std::unique_ptr<Model> load_qwen35(const std::string& model_dir, const ModelConfig& config,
-                                   const ServingLimits& limits, std::shared_ptr<ThreadTeam> team) {
-  return std::make_unique<Qwen35Model>(model_dir, config, limits, std::move(team));
-}
-
 }  // namespace ellm

@@ -76,9 +76,7 @@ class Qwen35Model final : public Decoder {
   MtpHead mtp_;
 };
 
-// The registry's entry points (registry.cc).
+// The config parser the registry calls (registry.cc).
 void parse_qwen35_config(const nlohmann::json& j, const std::string& where, ModelConfig& c);
-std::unique_ptr<Model> load_qwen35(const std::string& model_dir, const ModelConfig& config,
-                                   const ServingLimits& limits, std::shared_ptr<ThreadTeam> team);
 
 }  // namespace ellm

@@ -33,9 +33,12 @@ float element_f32(const TensorInfo& t, int64_t i) {
   return 0;
 }
 
-// The bytes of every tensor a load reads: all but those under the skipped prefixes.
-size_t bytes_to_read(const SafetensorsStore& store, const std::vector<std::string>& skipped) {
-  size_t total = 0;
+// The bytes of every tensor a load reads: all but those under the skipped prefixes, and one
+// tensor twice.
+size_t bytes_to_read(const SafetensorsStore& store, const std::vector<std::string>& skipped,
+                     const std::string& read_twice) {
+  const TensorInfo* twice = read_twice.empty() ? nullptr : store.find(read_twice);
+  size_t total = twice ? twice->bytes : 0;
   for (const auto& [name, t] : store.tensors()) {
     bool skip = false;
     for (const std::string& prefix : skipped) skip = skip || name.rfind(prefix, 0) == 0;
@@ -50,10 +53,11 @@ std::string scale_name(const std::string& weight) { return weight + "_scale_inv"
 
 TensorLoader::TensorLoader(const SafetensorsStore& store, const Int4Quantization& int4, Isa isa,
                            bool quantize_fp8, bool quantize_int4, bool quantize_lm_head,
-                           const std::vector<std::string>& skipped_prefixes)
+                           const std::vector<std::string>& skipped_prefixes,
+                           const std::string& read_twice)
     : store_(store), isa_(isa), quantize_fp8_(quantize_fp8), quantize_int4_(quantize_int4),
       quantize_lm_head_(quantize_lm_head), int4_(int4),
-      progress_("loading weights (MiB)", (bytes_to_read(store, skipped_prefixes) >> 20) + 1) {}
+      progress_("loading weights (MiB)", (bytes_to_read(store, skipped_prefixes, read_twice) >> 20) + 1) {}
 
 // The tensor `name`, checked to have exactly `shape` and a float dtype (F8_E4M3 only where
 // allow_fp8: linear weights).

@@ -26,11 +26,11 @@ inline uint8_t fp8_quantise(float value, float factor) { return f32_to_fp8_e4m3(
 
 class TensorLoader {
  public:
-  // Tensors under skipped_prefixes are not counted in the progress (the vision tower, an MTP
-  // head not loaded).
+  // The progress counts every tensor but those under skipped_prefixes (the vision tower, an MTP
+  // head not loaded), and read_twice: a tensor read again (a tied embedding, packed as lm_head).
   TensorLoader(const SafetensorsStore& store, const Int4Quantization& int4, Isa isa,
                bool quantize_fp8, bool quantize_int4, bool quantize_lm_head,
-               const std::vector<std::string>& skipped_prefixes);
+               const std::vector<std::string>& skipped_prefixes, const std::string& read_twice = "");
 
   // The tensor `name`, checked to have exactly `shape` and a float dtype (F8_E4M3 only where
   // allow_fp8: linear weights).
