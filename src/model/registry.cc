@@ -4,6 +4,7 @@
 #include "base/threads.h"
 #include "model/arch/qwen3.h"
 #include "model/arch/qwen35.h"
+#include "model/arch/qwen4exp.h"
 
 namespace ellm {
 namespace {
@@ -11,6 +12,7 @@ namespace {
 const Architecture kArchitectures[] = {
     {{"qwen3", "qwen3_moe"}, {""}, parse_qwen3_config, load_qwen3},
     {{"qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text"}, {"qwen3_5_text"}, parse_qwen35_config, load_qwen35},
+    {{"qwen4_exp", "qwen3_8_flash_next"}, {"qwen4_exp_text"}, parse_qwen4exp_config, load_qwen4exp},
 };
 
 }  // namespace
