@@ -131,6 +131,7 @@ Qwen4ExpConfig parse_qwen4exp_fields(const json& root, const std::string& where,
     x.split_ngram_parts = positive(j, where, "split_ngram_parts", true);
     x.seed = get_int(j, where, "seed", false, 0);
     x.ple_conv_kernel_size = positive(j, where, "ple_conv_kernel_size", false, 4);
+    if (x.ple_conv_kernel_size < 2) fail(where, "field 'ple_conv_kernel_size' must be at least 2");
     if (x.ngram_size < 2 || x.ngram_size > 8) fail(where, "field 'ngram_size' must be in 2..8");
     if (x.ple_embed_dim % ((x.ngram_size - 1) * x.heads_per_ngram))
       fail(where, "ple_embed_dim must be a multiple of (ngram_size - 1) x heads_per_ngram");
@@ -153,10 +154,10 @@ Qwen4ExpModel::Qwen4ExpModel(const std::string& model_dir, const ModelConfig& co
     : Decoder(config, limits, std::move(team)), extra_(extra) {
   const ModelConfig& c = config_;
   const Qwen4ExpConfig& x = extra_;
-  // The n-gram module's history is not rolled back over rejected speculative tokens yet.
-  if (limits_.speculative_tokens > 0)
-    fail("--num-speculative-tokens", "Qwen3.8-Flash-Next does not check speculative tokens yet "
-                                     "(its n-gram conv history has no rollback)");
+  // A group of speculative tokens runs the Gated DeltaNet recurrence token by token, as decode
+  // does, so that a rollback replays the same steps.
+  if (limits_.speculative_tokens > kRecurrentRun - 1)
+    fail("--num-speculative-tokens", "a hybrid model checks at most 15 proposed tokens at once");
   if (limits_.mtp) fail("--mtp", "Qwen3.8-Flash-Next's multi-token-prediction head is not supported");
   const int64_t H = c.hidden_size;
   const float eps = float(c.rms_norm_eps);
@@ -211,7 +212,7 @@ Qwen4ExpModel::Qwen4ExpModel(const std::string& model_dir, const ModelConfig& co
   // each n-gram module's history and hash context.
   const RecurrentShape recurrent{n_linear, c.linear_conv_kernel_dim, c.conv_dim(), c.linear_num_key_heads,
                                  c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim,
-                                 int64_t(x.ple_layers.size()) * ple_spec_.state_floats()};
+                                 int64_t(x.ple_layers.size()), ple_spec_.history_rows(), ple_spec_.row_floats()};
   const int64_t widest = std::max({H, c.q_dim(), c.moe_intermediate_size, c.linear_value_dim(),
                                    c.shared_expert_intermediate_size});
   finish_load(model_dir, weights_, {n_full, c.num_key_value_heads, c.head_dim, recurrent, qsa_spec_.cache_floats()},
@@ -227,7 +228,7 @@ void Qwen4ExpModel::plan(ActivationPlan& plan) {
   plan_gated_deltanet(plan, deltanet_, deltanet_spec_, T, team_.size());
   plan_moe(plan, moe_, moe_spec_, T);
   plan_shared_expert(plan, shared_, T, size_t(c.hidden_size), size_t(c.shared_expert_intermediate_size));
-  if (!extra_.ple_layers.empty()) plan_ngram_embedding(plan, ple_, ple_spec_, T);
+  if (!extra_.ple_layers.empty()) plan_ngram_embedding(plan, ple_, ple_spec_, T, size_t(limits_.batch_size));
   plan.carve(block_out_, T * size_t(c.hidden_size));
 }
 
@@ -248,8 +249,7 @@ void Qwen4ExpModel::layer(int64_t l, const PassRows& rows) {
   const Qwen4ExpLayer& L = weights_.layers[l];
   const int64_t n = rows.size(), H = config_.hidden_size;
   if (L.ple)
-    ngram_embedding(ctx_, ple_spec_, *L.ple, memory_.state(), ple_index_[l] * ple_spec_.state_floats(),
-                    rows, ple_);
+    ngram_embedding(ctx_, ple_spec_, *L.ple, memory_, ple_index_[l], rows, ple_);
 
   block_input(L.attn_hc, rows);
   if (L.is_linear) {
@@ -299,8 +299,8 @@ void Qwen4ExpModel::describe(std::string& line) const {
 
 // Bump the version whenever the KV rows' or the state's meaning changes. Per QSA layer: K, V
 // (f16, RoPE on the rotary dims), then per position the indexer's raw key and block key (f32).
-// State: per Gated DeltaNet layer the conv window then S; then per n-gram module its history
-// and the last token ids.
+// State: per Gated DeltaNet layer the conv window then S; then per n-gram module its window of
+// the last tokens' rows (rmsnorm(gv), id).
 std::string Qwen4ExpModel::kv_format() const {
   const ModelConfig& c = config_;
   return "qwen4exp-kv v1 f16 layers=" + std::to_string(c.num_hidden_layers) +
@@ -310,7 +310,8 @@ std::string Qwen4ExpModel::kv_format() const {
          std::to_string(c.linear_conv_kernel_dim - 1) + "][" + std::to_string(c.conv_dim()) + "] S[" +
          std::to_string(c.linear_num_value_heads) + "][" + std::to_string(c.linear_key_head_dim) + "][" +
          std::to_string(c.linear_value_head_dim) + "] ple=" + std::to_string(extra_.ple_layers.size()) + "x[" +
-         std::to_string(ple_spec_.state_floats()) + "] streams=" + std::to_string(extra_.hc_count);
+         std::to_string(ple_spec_.history_rows()) + "][" + std::to_string(ple_spec_.row_floats()) +
+         "] streams=" + std::to_string(extra_.hc_count);
 }
 
 std::unique_ptr<Model> load_qwen4exp(const std::string& model_dir, const ModelConfig& config,

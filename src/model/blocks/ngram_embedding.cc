@@ -119,7 +119,9 @@ NgramEmbeddingWeights load_ngram_embedding(TensorLoader& load, const std::string
 }
 
 void plan_ngram_embedding(ActivationPlan& plan, NgramEmbeddingBuffers& b, const NgramEmbeddingSpec& s,
-                          size_t T) {
+                          size_t T, size_t slots) {
+  plan.carve(b.context, slots * 8);
+  plan.carve(b.seen, slots);
   const size_t W = size_t(s.width());
   plan.carve(b.emb, T * size_t(s.embed_dim));
   plan.carve(b.key, T * W);
@@ -129,21 +131,29 @@ void plan_ngram_embedding(ActivationPlan& plan, NgramEmbeddingBuffers& b, const 
 }
 
 void ngram_embedding(BlockContext& ctx, const NgramEmbeddingSpec& s, const NgramEmbeddingWeights& w,
-                     RecurrentState& state, int64_t state_offset, const PassRows& r,
-                     NgramEmbeddingBuffers& b) {
+                     SequenceMemory& memory, int64_t window, const PassRows& r, NgramEmbeddingBuffers& b) {
+  RecurrentState& state = memory.state();
   const int64_t n = r.size(), H = s.hidden, S = s.streams, W = s.width(), E = s.embed_dim;
   const int64_t D = s.row_dim(), N = s.ngram_size, hpn = s.heads_per_ngram;
-  const int64_t hist_rows = s.history_rows(), hist_floats = hist_rows * W;
-  auto slot_state = [&](int32_t slot) { return state.extra(slot) + state_offset; };
+  const int64_t rows = s.history_rows(), F = s.row_floats();
+  auto slot_window = [&](int32_t slot) { return state.extra(slot) + window * rows * F; };
+  auto id_of = [&](const float* row) {
+    int32_t id;
+    std::memcpy(&id, row + W, sizeof id);
+    return id;
+  };
 
-  // The hash context in token order (each token's predecessors are the slot's state), and the
-  // heads' rows gathered.                                               emb: [n][E]
+  // The hash context in token order: a slot's last ids from its window, then from its earlier
+  // rows in the pass; the heads' rows gathered.                         emb: [n][E]
   ctx.profiler.time(Op::embed, 0, double(n * E * 2), [&] {
+    for (int64_t t = 0; t < n; ++t) b.seen[r.tokens[t].slot] = 0;
     for (int64_t t = 0; t < n; ++t) {
       const BatchToken& token = r.tokens[t];
-      float* context = slot_state(token.slot) + hist_floats;
-      int32_t previous[8];  // newest first
-      std::memcpy(previous, context, size_t(N - 1) * sizeof(int32_t));
+      int32_t* previous = b.context + token.slot * 8;  // newest first
+      if (!b.seen[token.slot]) {
+        for (int64_t k = 0; k + 1 < N; ++k) previous[k] = id_of(slot_window(token.slot) + (rows - 1 - k) * F);
+        b.seen[token.slot] = 1;
+      }
       int64_t ids[8];
       ids[0] = token.token;
       bool cut = false;
@@ -154,10 +164,6 @@ void ngram_embedding(BlockContext& ctx, const NgramEmbeddingSpec& s, const Ngram
       }
       for (int64_t k = N - 2; k > 0; --k) previous[k] = previous[k - 1];
       previous[0] = token.token;
-      std::memcpy(context, previous, size_t(N - 1) * sizeof(int32_t));
-      if (token.snapshot)
-        std::memcpy(state.extra_in(token.snapshot) + state_offset + hist_floats, previous,
-                    size_t(N - 1) * sizeof(int32_t));
 
       uint64_t mix = uint64_t(ids[0]) * uint64_t(w.hash.multipliers[0]);
       for (int64_t k = 2; k <= N; ++k) {
@@ -198,33 +204,50 @@ void ngram_embedding(BlockContext& ctx, const NgramEmbeddingSpec& s, const Ngram
     });
   });
 
-  // c = silu(the dilated causal conv) through each slot's history, token by token in order;
-  // the members split the channels.                      c: [n][W], over the keys
+  // c = silu(the dilated causal conv) through each slot's window, token by token in order; each
+  // token then pushes its row (rmsnorm(gv), id) into the window. The members split the row's
+  // values.                                              c: [n][W], over the keys
   ctx.profiler.time(Op::gdn_conv, 2.0 * double(n * W * s.conv_taps), 0, [&] {
     ctx.team.run([&](int m, int nm) {
-      auto [c0, c1] = split_range(W, m, nm);
+      auto [c0, c1] = split_range(F, m, nm);
       if (c0 >= c1) return;
       for (int64_t t = 0; t < n; ++t) {
-        float* history = slot_state(r.tokens[t].slot);  // [hist_rows][W], oldest first
+        const BatchToken& token = r.tokens[t];
+        float* history = slot_window(token.slot);  // [rows][F], oldest first
         const float* in = b.normed + t * W;
         float* out = b.key + t * W;
-        for (int64_t c = c0; c < c1; ++c) {
+        for (int64_t c = c0; c < std::min(c1, W); ++c) {
           float sum = 0;
           for (int64_t k = 0; k + 1 < s.conv_taps; ++k)  // tap k: ngram_size (taps - 1 - k) back
-            sum += w.conv[k * W + c] * history[(k * N) * W + c];
+            sum += w.conv[k * W + c] * history[(k * N) * F + c];
           sum += w.conv[(s.conv_taps - 1) * W + c] * in[c];
           out[c] = silu(sum);
         }
-        for (int64_t row = 0; row + 1 < hist_rows; ++row)
-          std::memcpy(history + row * W + c0, history + (row + 1) * W + c0, size_t(c1 - c0) * sizeof(float));
-        std::memcpy(history + (hist_rows - 1) * W + c0, in + c0, size_t(c1 - c0) * sizeof(float));
-        if (uint8_t* snapshot = r.tokens[t].snapshot)
-          for (int64_t row = 0; row < hist_rows; ++row)
-            std::memcpy(state.extra_in(snapshot) + state_offset + row * W + c0, history + row * W + c0,
+        for (int64_t row = 0; row + 1 < rows; ++row)
+          std::memcpy(history + row * F + c0, history + (row + 1) * F + c0, size_t(c1 - c0) * sizeof(float));
+        float* newest = history + (rows - 1) * F;
+        for (int64_t c = c0; c < c1; ++c)
+          if (c < W)
+            newest[c] = in[c];
+          else
+            std::memcpy(newest + W, &token.token, sizeof(int32_t));
+        if (token.snapshot)
+          for (int64_t row = 0; row < rows; ++row)
+            std::memcpy(state.extra_in(token.snapshot) + window * rows * F + row * F + c0, history + row * F + c0,
                         size_t(c1 - c0) * sizeof(float));
       }
     });
   });
+
+  // What a speculative token pushed, for a rollback to replay.
+  if (!memory.rollback().empty())
+    for (int64_t t = 0; t < n; ++t) {
+      const BatchToken& token = r.tokens[t];
+      if (!token.speculative) continue;
+      float* row = memory.rollback().window_row(window, token.slot, memory.group_index(token.slot, token.position));
+      std::memcpy(row, b.normed + t * W, size_t(W) * sizeof(float));
+      std::memcpy(row + W, &token.token, sizeof(int32_t));
+    }
 
   // X_s = X_s + gv_s + c_s
   ctx.rows(n, [&](int64_t begin, int64_t end) {

@@ -15,16 +15,16 @@
 //              depthwise, `taps` taps `dilation` (= n) tokens apart, no bias)
 //   X_s      = X_s + gv_s + c_s
 // The table stays in the mapped checkpoint (its shards, in order, as one table of BF16 rows);
-// a token reads its heads' rows only. Per slot the module keeps the conv's history (the last
-// (taps - 1) dilation normed rows) and the last n - 1 token ids (the hash context): see
-// state_floats(). All FP32, the same code on every tier.
+// a token reads its heads' rows only. Per slot the module keeps a sliding window of the last
+// (taps - 1) dilation tokens (RecurrentShape::windows): each row holds a token's normed gv (the
+// conv's history) and its id (the hash context). All FP32, the same code on every tier.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "model/blocks/context.h"
 #include "model/load/tensor_loader.h"
-#include "model/memory/recurrent_state.h"
+#include "model/memory/sequence_memory.h"
 
 namespace ellm {
 
@@ -39,10 +39,10 @@ struct NgramEmbeddingSpec {
   int64_t heads() const { return (ngram_size - 1) * heads_per_ngram; }
   int64_t row_dim() const { return embed_dim / heads(); }
   int64_t width() const { return streams * hidden; }
+  // A slot's window: [history_rows][row_floats], oldest first; a row is the token's
+  // rmsnorm(gv) [width], then its id (an int32 bit pattern).
   int64_t history_rows() const { return (conv_taps - 1) * ngram_size; }
-  // A slot's state: the conv history [history_rows][width], then the last n - 1 token ids
-  // (newest first, as int32 bit patterns).
-  int64_t state_floats() const { return history_rows() * width() + (ngram_size - 1); }
+  int64_t row_floats() const { return width() + 1; }
 };
 
 // The hash constants a config gives: per n-gram position an odd multiplier, per head its
@@ -77,16 +77,18 @@ struct NgramEmbeddingBuffers {
   float* value;  // [T][hidden]
   float* gated;  // [T][width]  gv
   float* normed; // [T][width]  the normed queries, then rmsnorm(gv)
+  int32_t* context;  // [slots][8]  each slot's last token ids while a pass goes through its rows
+  int32_t* seen;     // [slots]
 };
 
 void plan_ngram_embedding(ActivationPlan& plan, NgramEmbeddingBuffers& b,
-                          const NgramEmbeddingSpec& spec, size_t max_tokens);
+                          const NgramEmbeddingSpec& spec, size_t max_tokens, size_t slots);
 
-// x = x + the module's output over the rows (x: [n][width]); each token's slot state (at
-// floats [state_offset, state_offset + state_floats()) of RecurrentState::extra) moves past it,
-// and a token with a snapshot gets the state after it copied there.
+// x = x + the module's output over the rows (x: [n][width]); each token's slot window (sliding
+// window `window` of the slot's state) moves past it, a token with a snapshot gets the state
+// after it copied there, and a speculative token records its row for a rollback.
 void ngram_embedding(BlockContext& ctx, const NgramEmbeddingSpec& spec, const NgramEmbeddingWeights& w,
-                     RecurrentState& state, int64_t state_offset, const PassRows& rows,
+                     SequenceMemory& memory, int64_t window, const PassRows& rows,
                      NgramEmbeddingBuffers& b);
 
 }  // namespace ellm

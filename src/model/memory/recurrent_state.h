@@ -4,9 +4,11 @@
 //   conv window  [taps - 1][conv_dim]   the last inputs of the causal convolution (FP32)
 //   S            [v_heads][dk][dv]      the delta-rule state (FP32)
 // A slot's sequence state at n tokens is its KV rows below n plus this state after token n - 1.
-// Its size does not depend on the sequence length. An architecture may keep `extra_floats` more
-// FP32 values per slot after the layers' (Qwen3.8-Flash-Next: the n-gram module's conv history
-// and hash context), zero in an empty sequence, copied in snapshots as one more range.
+// Its size does not depend on the sequence length. An architecture may keep sliding windows per
+// slot after the layers' state (Qwen3.8-Flash-Next: each n-gram module's conv history and hash
+// context): `windows` windows of window_rows rows (oldest first), into each of which a token
+// pushes one row of window_row_floats values; zero in an empty sequence, copied in snapshots as
+// one more range, and rolled back like the conv windows (state_rollback.h).
 #include <algorithm>
 #include <cstdint>
 #include <span>
@@ -20,7 +22,9 @@ namespace ellm {
 // (q | k | v), and the delta rule's heads and head dims.
 struct RecurrentShape {
   int64_t layers = 0, conv_taps = 0, conv_dim = 0, key_heads = 0, value_heads = 0, dk = 0, dv = 0;
-  int64_t extra_floats = 0;  // per slot, after the layers
+  int64_t windows = 0, window_rows = 0, window_row_floats = 0;  // per slot, after the layers
+  int64_t window_floats() const { return window_rows * window_row_floats; }
+  int64_t extra_floats() const { return windows * window_floats(); }
 };
 
 class RecurrentState {
@@ -30,7 +34,7 @@ class RecurrentState {
       : n_layers_(shape.layers),
         conv_floats_((shape.conv_taps - 1) * shape.conv_dim),
         s_floats_(shape.value_heads * shape.dk * shape.dv),
-        extra_floats_(shape.extra_floats),
+        extra_floats_(shape.extra_floats()),
         slot_floats_(n_layers_ * (conv_floats_ + s_floats_) + extra_floats_),
         data_(make_buffer<float>(size_t(n_slots * slot_floats_))) {}
 

@@ -13,7 +13,7 @@ SequenceMemory::SequenceMemory(const MemoryShape& shape, const ServingLimits& li
       group_capacity_(limits.speculative_tokens + 1),
       kv_(shape.kv_layers, limits.batch_size, shape.kv_heads, limits.sequence_length, shape.head_dim,
           shape.kv_extra_floats),
-      has_state_(shape.recurrent.layers > 0 || shape.recurrent.extra_floats > 0) {
+      has_state_(shape.recurrent.layers > 0 || shape.recurrent.extra_floats() > 0) {
   const size_t slots = size_t(n_slots_);
   if (has_state_) {
     state_ = RecurrentState(shape.recurrent, n_slots_);
