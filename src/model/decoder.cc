@@ -40,6 +40,7 @@ void load_decoder_weights(const std::string& model_dir, const ModelConfig& c,
       m.store.find("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   std::vector<std::string> skipped = {"model.visual."};
   if (!options.mtp) skipped.push_back("mtp.");
+  for (const std::string& prefix : options.left_mapped) skipped.push_back(root + prefix);
   TensorLoader load(m.store, c.int4, options.isa, options.quantize_fp8, options.quantize_int4,
                     options.quantize_lm_head, skipped);
 

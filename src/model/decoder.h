@@ -46,6 +46,9 @@ struct WeightOptions {
   bool quantize_fp8 = false, quantize_int4 = false, quantize_lm_head = false;
   bool mtp = false;  // read the multi-token-prediction head's tensors (mtp.*) too
   bool final_norm = true;  // read <prefix>norm.weight (an architecture with a final mixer has none)
+  // Tensors (by name prefix under the text model's root) the architecture leaves in the mapping
+  // without reading them whole (the n-gram table): not counted in the load's progress.
+  std::vector<std::string> left_mapped;
 };
 
 // Opens the checkpoint, and calls load_layers(loader, prefix) between the embedding and the

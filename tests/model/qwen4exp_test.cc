@@ -12,6 +12,7 @@
 #include "base/cpu.h"
 #include "golden_util.h"
 #include "model/config.h"
+#include "model/blocks/ngram_embedding.h"
 #include "model/model.h"
 #include "model_test_util.h"
 #include "tiers_under_test.h"
@@ -79,6 +80,27 @@ TEST_F(Qwen4Exp, GoldenSessionPassesOnEveryTier) {
       EXPECT_EQ(s.argmax_mismatches, 0) << isa_name(isa) << " " << what;
     }
   }
+}
+
+// The hash constants of the real model's config (vocab 248320, seed 1234, one module of 16
+// heads over a base of 20,000,000 padded to 128): the note's multipliers, sizes and rows.
+TEST_F(Qwen4Exp, HashConstantsOfTheRealConfig) {
+  NgramEmbeddingSpec spec;
+  spec.ngram_size = 3;
+  spec.heads_per_ngram = 8;
+  spec.embed_dim = 2560;
+  spec.vocab = 248320;
+  spec.table_base = 20000000;
+  spec.table_divisor = 128;
+  spec.seed = 1234;
+  const NgramHash h = ngram_hash(spec);
+  EXPECT_EQ(h.multipliers, (std::vector<int64_t>{23703573157769, 20109073645365, 8052911324071}));
+  ASSERT_EQ(h.sizes.size(), 16u);
+  EXPECT_EQ(h.sizes.front(), 20000003);
+  EXPECT_EQ(h.sizes.back(), 20000171);
+  EXPECT_EQ(h.offsets[1], 20000003);
+  EXPECT_EQ(h.offsets.back() + h.sizes.back(), 320001446);
+  EXPECT_EQ(h.rows, 320001536);
 }
 
 // A copy of the model folder with config.json edited (the checkpoint linked).

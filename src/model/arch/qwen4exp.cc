@@ -180,8 +180,10 @@ Qwen4ExpModel::Qwen4ExpModel(const std::string& model_dir, const ModelConfig& co
     ple_index_.push_back(ple == x.ple_layers.end() ? -1 : ple - x.ple_layers.begin());
   }
 
-  const WeightOptions options{active_isa(), limits_.quantize_fp8, limits_.quantize_int4,
-                              limits_.int4_lm_head, /*mtp=*/false, /*final_norm=*/false};
+  WeightOptions options{active_isa(), limits_.quantize_fp8, limits_.quantize_int4,
+                        limits_.int4_lm_head, /*mtp=*/false, /*final_norm=*/false};
+  for (int64_t l : x.ple_layers)  // the n-gram tables stay mapped
+    options.left_mapped.push_back("layers." + std::to_string(l) + ".ple.ple_embedding.ngram_embedding.");
   Qwen4ExpWeights& m = weights_;
   load_decoder_weights(model_dir, c, options, &TensorLoader::vector_f32_plus_one, m,
                        [&](TensorLoader& load, const std::string& root) {
