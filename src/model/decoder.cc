@@ -1,5 +1,6 @@
 #include "model/decoder.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -39,6 +40,7 @@ void load_decoder_weights(const std::string& model_dir, const ModelConfig& c,
       m.store.find("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   std::vector<std::string> skipped = {"model.visual."};
   if (!options.mtp) skipped.push_back("mtp.");
+  for (const std::string& prefix : options.left_mapped) skipped.push_back(root + prefix);
   const std::string embedding = root + "embed_tokens.weight";
   TensorLoader load(m.store, c.int4, options.isa, options.quantize_fp8, options.quantize_int4,
                     options.quantize_lm_head, skipped, c.tie_word_embeddings ? embedding : "");
@@ -46,7 +48,7 @@ void load_decoder_weights(const std::string& model_dir, const ModelConfig& c,
   const int64_t H = c.hidden_size, V = c.vocab_size;
   m.embedding = load.embedding(embedding, V, H, m.embedding_copy);
   load_layers(load, root);
-  m.final_norm = (load.*norm)(root + "norm.weight", H);
+  if (options.final_norm) m.final_norm = (load.*norm)(root + "norm.weight", H);
   m.lm_head = load.packed({c.tie_word_embeddings ? embedding : "lm_head.weight"},
                           {V}, H, /*quantizable=*/false, /*lm_head=*/true);
   m.bytes = load.bytes();
@@ -102,9 +104,10 @@ void Decoder::finish_load(const std::string& model_dir, DecoderWeights& weights,
 
   const size_t T = size_t(max_tokens_), B = size_t(limits_.batch_size);
   const size_t H = size_t(config_.hidden_size), half = size_t(config_.head_dim / 2);
+  const size_t W = size_t(residual_width());
   plan_.build([&](ActivationPlan& p) {
-    p.carve(x_, T * H);
-    p.carve(step_x_, B * H);
+    p.carve(x_, T * W);
+    p.carve(step_x_, B * W);
     p.carve(step_rope_cos_, B * half);
     p.carve(step_rope_sin_, B * half);
     p.carve(normed_.xn, T * H);
@@ -219,12 +222,12 @@ void Decoder::begin_pass(std::span<const BatchToken> tokens) {
 bool Decoder::run_part(int64_t max_rows, float* logits) {
   if (!pass_.open) return true;
   if (max_rows <= 0) fail("run_part", "a part needs at least one row");
-  const int64_t n = int64_t(pass_.tokens.size()), H = config_.hidden_size, half = config_.head_dim / 2;
+  const int64_t n = int64_t(pass_.tokens.size()), W = residual_width(), half = config_.head_dim / 2;
   try {
     // Rows [begin, end) of layer pass_.layer: attention reads the KV rows earlier parts of this
     // layer wrote, so the parts of a layer add up to the whole layer exactly.
     const int64_t begin = pass_.row, end = std::min(n, begin + max_rows);
-    layer(pass_.layer, {std::span(pass_.tokens).subspan(begin, end - begin), x_ + begin * H,
+    layer(pass_.layer, {std::span(pass_.tokens).subspan(begin, end - begin), x_ + begin * W,
                         rope_cos_ + begin * half, rope_sin_ + begin * half});
     pass_.row = end;
     if (pass_.row == n) {
@@ -245,10 +248,12 @@ bool Decoder::run_part(int64_t max_rows, float* logits) {
 }
 
 // Commits the KV pages the tokens will write; x = embed_tokens(input_ids) and each token's
-// RoPE angles, once for all layers.                    x: [n][H]   cos, sin: [n][head_dim / 2]
+// RoPE angles, once for all layers; every stream of x starts as the embedding.
+//                                          x: [n][streams_][H]   cos, sin: [n][head_dim / 2]
 void Decoder::commit_and_embed(const PassRows& r) {
   const std::span<const BatchToken> tokens = r.tokens;
   const int64_t n = r.size(), H = config_.hidden_size, half = config_.head_dim / 2;
+  const int64_t W = residual_width();
   const int64_t rotary_half = config_.rotary_dim() / 2;
   KvCache& kv = memory_.kv();
   for (const BatchToken& t : tokens) kv.note_written(t.slot, t.position + 1);
@@ -260,7 +265,8 @@ void Decoder::commit_and_embed(const PassRows& r) {
   ctx_.profiler.time(Op::embed, 0, double(n * H * 2), [&] {
     ctx_.rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
-        convert_bf16_to_f32(decoder_weights_->embedding + int64_t(tokens[t].token) * H, r.x + t * H, H);
+        convert_bf16_to_f32(decoder_weights_->embedding + int64_t(tokens[t].token) * H, r.x + t * W, H);
+        for (int64_t s = 1; s < streams_; ++s) std::copy_n(r.x + t * W, H, r.x + t * W + s * H);
         rope_angles(tokens[t].position, inv_freq_.data(), rotary_half, r.rope_cos + t * half,
                     r.rope_sin + t * half);
       }
@@ -277,15 +283,19 @@ void Decoder::lm_head(const PassRows& r, float* logits) {
     if (tokens[t].want_logits) want_rows_[n_want++] = int32_t(t);
   if (n_want == 0) return;
   if (!logits) fail("forward", "tokens want logits but no output buffer was given");
-  const float eps = float(config_.rms_norm_eps);
+  const int64_t W = residual_width();
   ctx_.rows(n_want, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      rmsnorm(r.x + want_rows_[i] * H, 1, H, H, decoder_weights_->final_norm.get(), eps,
-              normed_.xn + i * H, H);
+      final_row(i, r.x + want_rows_[i] * W, normed_.xn + i * H);
       convert_f32_to_bf16(normed_.xn + i * H, normed_.xb + i * H, H);
     }
   });
   ctx_.gemm(Op::lm_head, normed_.xb, n_want, H, decoder_weights_->lm_head, logits, V, false);
+}
+
+void Decoder::final_row(int64_t, const float* x, float* out) {
+  const int64_t H = config_.hidden_size;
+  rmsnorm(x, 1, H, H, decoder_weights_->final_norm.get(), float(config_.rms_norm_eps), out, H);
 }
 
 void Decoder::accept(int slot, int64_t end) {

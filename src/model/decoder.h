@@ -4,6 +4,8 @@
 // whole or in parts, checked and claimed against the slots' memory). An architecture derives
 // from Decoder, loads its own weights, and supplies its decoder layer:
 //   x = embed(tokens); for each layer l: layer(l, rows); logits = lm_head(norm(x))
+// An architecture may widen the residual to several streams of hidden values each (streams_,
+// every stream starting as the embedding) and replace the final norm (final_row).
 // All buffers are planned at load for the largest pass; a pass allocates nothing.
 #include <chrono>
 #include <cstdint>
@@ -43,6 +45,10 @@ struct WeightOptions {
   Isa isa = Isa::scalar;
   bool quantize_fp8 = false, quantize_int4 = false, quantize_lm_head = false;
   bool mtp = false;  // read the multi-token-prediction head's tensors (mtp.*) too
+  bool final_norm = true;  // read <prefix>norm.weight (an architecture with a final mixer has none)
+  // Tensors (by name prefix under the text model's root) the architecture leaves in the mapping
+  // without reading them whole (the n-gram table): not counted in the load's progress.
+  std::vector<std::string> left_mapped;
 };
 
 // Opens the checkpoint, and calls load_layers(loader, prefix) between the embedding and the
@@ -93,6 +99,9 @@ class Decoder : public Model {
   virtual void after_pass(const PassRows& rows) {}           // after the last layer and lm_head
   virtual void for_each_matrix(const MatrixFn& fn) = 0;      // every packed matrix, for --activations
   virtual void describe(std::string& load_line) const {}     // appended to the load line
+  // The lm_head's input row i (< max_pass_tokens) from a residual row x: by default the final
+  // RMSNorm.                                        x: [streams_ hidden]   out: [hidden]
+  virtual void final_row(int64_t i, const float* x, float* out);
 
   // Once the architecture has loaded its weights: the slots' memory, the plan and the load
   // line. widest_input: the widest row of any matrix product's input (the BF16 scratch).
@@ -110,9 +119,11 @@ class Decoder : public Model {
   ThreadTeam& team_;
   BlockContext ctx_;
   SequenceMemory memory_;
+  int64_t streams_ = 1;   // residual streams per token; set before finish_load
+  int64_t residual_width() const { return streams_ * config_.hidden_size; }
   // Buffers every architecture's pass uses.
-  float* x_;              // [T][hidden]  the residual stream
-  float* step_x_;         // [batch][hidden]  that of a pass run between parts of another
+  float* x_;              // [T][streams_ hidden]  the residual stream(s)
+  float* step_x_;         // [batch][streams_ hidden]  that of a pass run between parts of another
   float* step_rope_cos_;  // [batch][head_dim / 2]
   float* step_rope_sin_;
   float* rope_cos_;  // [T][head_dim / 2]  per token, shared by all layers

@@ -4,6 +4,7 @@
 #include "base/threads.h"
 #include "model/arch/qwen3.h"
 #include "model/arch/qwen35.h"
+#include "model/arch/qwen4exp.h"
 
 namespace ellm {
 namespace {
@@ -17,6 +18,7 @@ std::unique_ptr<Model> load_as(const std::string& model_dir, const ModelConfig& 
 const Architecture kArchitectures[] = {
     {{"qwen3", "qwen3_moe"}, {""}, parse_qwen3_config, load_as<Qwen3Model>},
     {{"qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text"}, {"qwen3_5_text"}, parse_qwen35_config, load_as<Qwen35Model>},
+    {{"qwen4_exp", "qwen3_8_flash_next"}, {"qwen4_exp_text"}, parse_qwen4exp_config, load_as<Qwen4ExpModel>},
 };
 
 }  // namespace

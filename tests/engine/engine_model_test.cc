@@ -39,7 +39,9 @@ std::unique_ptr<Engine> make_engine(const std::string& name, int64_t batch_size,
 
 class EngineModel : public ::testing::TestWithParam<std::string> {};
 
-bool hybrid(const std::string& name) { return name.find("qwen35") != std::string::npos; }
+bool hybrid(const std::string& name) {
+  return name.find("qwen35") != std::string::npos || name.find("qwen4exp") != std::string::npos;
+}
 
 // A hybrid model's prompt chunks follow what else shares the passes, and its chunked delta
 // rule rounds differently from the recurrence, so its logits agree with a solo run within
@@ -184,7 +186,7 @@ TEST_P(EngineModel, FourRequestsInTwoSlots) {
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, EngineModel,
                          ::testing::Values("tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen35",
-                                           "tiny-qwen35-moe"),
+                                           "tiny-qwen35-moe", "tiny-qwen4exp"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

@@ -40,7 +40,9 @@ struct Case {
 
 class SessionModel : public ::testing::TestWithParam<Case> {};
 
-bool hybrid(const Case& c) { return c.model.find("qwen35") != std::string::npos; }
+bool hybrid(const Case& c) {
+  return c.model.find("qwen35") != std::string::npos || c.model.find("qwen4exp") != std::string::npos;
+}
 
 // out against the reference: the same tokens (a hybrid model's: up to a near-tie of the reference).
 void expect_same_output(const Case& c, const Outcome& out, const Outcome& reference, const std::string& what) {
@@ -142,7 +144,8 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, SessionModel,
                          ::testing::Values(Case{"tiny-qwen3", "ram"}, Case{"tiny-qwen3", "disk"},
                                            Case{"tiny-qwen3-moe", "ram"}, Case{"tiny-qwen3-moe", "disk"},
                                            Case{"tiny-qwen35", "ram"}, Case{"tiny-qwen35", "disk"},
-                                           Case{"tiny-qwen35-moe", "ram"}, Case{"tiny-qwen35-moe", "disk"}),
+                                           Case{"tiny-qwen35-moe", "ram"}, Case{"tiny-qwen35-moe", "disk"},
+                                           Case{"tiny-qwen4exp", "ram"}, Case{"tiny-qwen4exp", "disk"}),
                          [](const auto& info) {
                            std::string name = info.param.model + "_" + info.param.tier;
                            std::replace(name.begin(), name.end(), '-', '_');

@@ -91,7 +91,7 @@ TEST(Qwen35Config, BadConfigsGetOneLineNamingTheProblem) {
   nlohmann::json other = {{"architectures", {"MambaForCausalLM"}}, {"model_type", "mamba2"}};
   EXPECT_EQ(error_of([&] { parse_model_config(other.dump(), "c.json"); }),
             "c.json: unsupported model_type 'mamba2' (ellm loads qwen3, qwen3_moe, qwen3_5, "
-            "qwen3_5_moe and qwen3_5_moe_text)");
+            "qwen3_5_moe, qwen3_5_moe_text, qwen4_exp and qwen3_8_flash_next)");
 
   nlohmann::json wrapper = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
                             {"model_type", "qwen3_5"}};

@@ -18,7 +18,7 @@ using test::error_of;
 
 const std::vector<std::string> kModels = {"tiny-qwen3",      "tiny-qwen3-moe", "tiny-qwen3-fp8",
                                           "tiny-qwen3-moe-fp8", "tiny-qwen3-gptq", "tiny-qwen3-awq",
-                                          "tiny-qwen35",     "tiny-qwen35-moe"};
+                                          "tiny-qwen35",     "tiny-qwen35-moe", "tiny-qwen4exp"};
 
 using test::shared_model;
 

@@ -87,14 +87,31 @@ void plan_attention(ActivationPlan& plan, AttentionBuffers& b, const AttentionSp
   b.seqs.resize(T);
 }
 
+// qkv = xb @ Wqkv^T                                   qkv: [n][Q + 2 KV]  (gated: [n][2 Q + 2 KV])
+void project_qkv_to_cache(BlockContext& ctx, const AttentionSpec& s, const AttentionWeights& w,
+                          KvCache& kv, int64_t kv_layer, const PassRows& r, const bf16* xb,
+                          AttentionBuffers& b) {
+  ctx.gemm(Op::qkv, xb, r.size(), s.hidden, w.qkv, b.qkv, s.qkv_width(), false);
+  qk_norm_rope_to_cache(ctx, s, w, kv, kv_layer, r, b);
+}
+
+// y (+)= out @ Wo^T                                                    out: [n][Q]
+void project_output(BlockContext& ctx, const AttentionSpec& s, const AttentionWeights& w,
+                    int64_t n, bf16* xb, AttentionBuffers& b, float* y, bool accumulate) {
+  const int64_t Q = s.q_dim();
+  if (s.gated) apply_output_gate(ctx, s, n, b);
+  ctx.rows(n, [&](int64_t begin, int64_t end) {
+    convert_f32_to_bf16(b.out + begin * Q, xb + begin * Q, (end - begin) * Q);
+  });
+  ctx.gemm(Op::o_proj, xb, n, Q, w.o_proj, y, s.hidden, accumulate);
+}
+
 void self_attention(BlockContext& ctx, const AttentionSpec& s, const AttentionWeights& w,
                KvCache& kv, int64_t kv_layer, const PassRows& r, bf16* xb, AttentionBuffers& b) {
   const std::span<const BatchToken> tokens = r.tokens;
-  const int64_t n = r.size(), H = s.hidden, hd = s.head_dim, Q = s.q_dim(), W = s.qkv_width();
+  const int64_t n = r.size(), hd = s.head_dim, Q = s.q_dim(), W = s.qkv_width();
 
-  // qkv = xb @ Wqkv^T                                 qkv: [n][Q + 2 KV]  (gated: [n][2 Q + 2 KV])
-  ctx.gemm(Op::qkv, xb, n, H, w.qkv, b.qkv, W, false);
-  qk_norm_rope_to_cache(ctx, s, w, kv, kv_layer, r, b);
+  project_qkv_to_cache(ctx, s, w, kv, kv_layer, r, xb, b);
 
   // Causal GQA attention, one sequence per run of consecutive tokens of one slot.
   int64_t n_seqs = 0;
@@ -123,13 +140,7 @@ void self_attention(BlockContext& ctx, const AttentionSpec& s, const AttentionWe
   ctx.profiler.time(Op::attention, attention_flops, kv_bytes, [&] {
     ctx.team.run([&](int m, int nm) { attention(b.seqs.data(), n_seqs, b.shape, b.scratch, m, nm); });
   });
-  if (s.gated) apply_output_gate(ctx, s, n, b);
-
-  // x = x + out @ Wo^T                                                 out: [n][Q]
-  ctx.rows(n, [&](int64_t begin, int64_t end) {
-    convert_f32_to_bf16(b.out + begin * Q, xb + begin * Q, (end - begin) * Q);
-  });
-  ctx.gemm(Op::o_proj, xb, n, Q, w.o_proj, r.x, H, true);
+  project_output(ctx, s, w, n, xb, b, r.x, /*accumulate=*/true);  // x = x + o_proj(out)
 }
 
 }  // namespace ellm

@@ -46,6 +46,15 @@ AttentionWeights load_attention(TensorLoader& load, const std::string& prefix,
 void plan_attention(ActivationPlan& plan, AttentionBuffers& b, const AttentionSpec& spec,
                     int64_t kv_row_stride, int64_t max_tokens, int members);
 
+// The two ends of the block, for an attention over other positions than the causal context
+// (sparse_attention.h): qkv = xb @ [Wq; Wk; Wv]^T, q and k normed and rotated, k and v into the
+// cache of `kv_layer`; and y (+)= o_proj(out) (gated: out * sigmoid(gate) first), xb its scratch.
+void project_qkv_to_cache(BlockContext& ctx, const AttentionSpec& spec, const AttentionWeights& w,
+                          KvCache& kv, int64_t kv_layer, const PassRows& rows, const bf16* xb,
+                          AttentionBuffers& b);
+void project_output(BlockContext& ctx, const AttentionSpec& spec, const AttentionWeights& w,
+                    int64_t n, bf16* xb, AttentionBuffers& b, float* y, bool accumulate);
+
 // x = x + o_proj(attention(rope(q_norm(q)), rope(k_norm(k)), v))    (gated: attention * sigmoid(gate))
 // with q, k, v = xb @ [Wq; Wk; Wv]^T, xb = the normed rows; k and v go into the cache of
 // `kv_layer` at each token's slot and position. xb is also the scratch for o_proj's input.

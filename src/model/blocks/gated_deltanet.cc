@@ -10,6 +10,19 @@ float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch's threshold
 
+// o = weight * o / rms(o) * sigmoid(z) per head of dv values, in place (FP32, the same code on
+// every tier).                                             o, z: [heads][dv]
+void sigmoid_gated_rmsnorm(float* o, const float* z, int64_t heads, int64_t dv, const float* weight,
+                           float eps) {
+  for (int64_t h = 0; h < heads; ++h) {
+    float* x = o + h * dv;
+    double sum_sq = 0;
+    for (int64_t i = 0; i < dv; ++i) sum_sq += double(x[i]) * x[i];
+    const float inv_rms = 1.0f / std::sqrt(float(sum_sq / double(dv)) + eps);
+    for (int64_t i = 0; i < dv; ++i) x[i] = weight[i] * (x[i] * inv_rms) * sigmoid(z[h * dv + i]);
+  }
+}
+
 // Where the state after a run's last token is to be copied (BatchToken::snapshot).
 uint8_t* snapshot_after(const PassRows& r, const SlotRun& run) {
   return r.tokens[run.begin + run.count - 1].snapshot;
@@ -187,12 +200,16 @@ void gated_deltanet(BlockContext& ctx, const GatedDeltaNetSpec& s, const GatedDe
     });
   });
 
-  // y = norm(o) * silu(z) per v head (the norm's weight as stored); x = x + y @ W_out^T
+  // y = norm(o) * silu(z) per v head (the norm's weight as stored; sigmoid(z) with
+  // sigmoid_gate); x = x + y @ W_out^T
   ctx.profiler.time(Op::gdn_norm, 0, 0, [&] {
     ctx.rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t)
-        gated_rmsnorm(b.o + t * VD, b.qkvz + t * P + CD, Hv, dv, dv, dv, w.norm.get(), s.eps,
-                      b.o + t * VD, dv);
+        if (s.sigmoid_gate)
+          sigmoid_gated_rmsnorm(b.o + t * VD, b.qkvz + t * P + CD, Hv, dv, w.norm.get(), s.eps);
+        else
+          gated_rmsnorm(b.o + t * VD, b.qkvz + t * P + CD, Hv, dv, dv, dv, w.norm.get(), s.eps,
+                        b.o + t * VD, dv);
       convert_f32_to_bf16(b.o + begin * VD, xb + begin * VD, (end - begin) * VD);
     });
   });

@@ -5,7 +5,7 @@
 //   q | k | v = silu(causal_conv1d(qkv)); q = l2norm(q) / sqrt(dk); k = l2norm(k)
 //   beta = sigmoid(b); g = -exp(A_log) softplus(a + dt_bias)
 //   o = delta_rule(q, k, v, beta, g)        per value head, over the slot's recurrent state
-//   x = x + out_proj(rmsnorm(o) * silu(z))
+//   x = x + out_proj(rmsnorm(o) * silu(z))      (sigmoid(z) with sigmoid_gate: Qwen3.8-Flash-Next)
 // Value head j reads q/k head j / (Hv / Hk). Each slot's conv window and delta-rule state carry
 // the sequence from its earlier passes (and parts) into this one.
 #include <cstdint>
@@ -32,6 +32,7 @@ struct GatedDeltaNetWeights {
 struct GatedDeltaNetSpec {
   int64_t hidden = 0, key_heads = 0, value_heads = 0, dk = 0, dv = 0, conv_taps = 0;
   float eps = 1e-6f;  // of the output norm
+  bool sigmoid_gate = false;  // the output norm's gate: sigmoid(z) (output_gate_type), else silu(z)
   int64_t conv_dim() const { return 2 * key_heads * dk + value_heads * dv; }  // q | k | v
   int64_t value_dim() const { return value_heads * dv; }
 };

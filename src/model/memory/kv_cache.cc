@@ -8,9 +8,9 @@
 namespace ellm {
 
 KvCache::KvCache(int64_t n_layers, int64_t n_slots, int64_t n_kv_heads, int64_t max_positions,
-                 int64_t head_dim)
+                 int64_t head_dim, int64_t extra_floats)
     : n_slots_(n_slots), n_kv_heads_(n_kv_heads), max_positions_(max_positions),
-      head_dim_(head_dim) {
+      head_dim_(head_dim), extra_floats_(extra_floats) {
   const size_t huge = VirtualRegion::kHugePage;
   slot_bytes_ = (size_t(max_positions) * row_bytes() + huge - 1) / huge * huge;
   written_.assign(size_t(n_slots), 0);
@@ -18,6 +18,12 @@ KvCache::KvCache(int64_t n_layers, int64_t n_slots, int64_t n_kv_heads, int64_t 
   layers_.reserve(size_t(n_layers));
   for (int64_t l = 0; l < n_layers; ++l)
     layers_.emplace_back(2 * size_t(n_slots) * slot_bytes_, /*huge_pages=*/true);
+  if (extra_floats_ > 0) {
+    extra_slot_bytes_ = (size_t(max_positions) * extra_row_bytes() + huge - 1) / huge * huge;
+    extra_.reserve(size_t(n_layers));
+    for (int64_t l = 0; l < n_layers; ++l)
+      extra_.emplace_back(size_t(n_slots) * extra_slot_bytes_, /*huge_pages=*/true);
+  }
 }
 
 void KvCache::commit(int64_t slot, int64_t end_position, ThreadTeam& team) {
@@ -36,6 +42,9 @@ void KvCache::commit(int64_t slot, int64_t end_position, ThreadTeam& team) {
       layers_[i / 2].commit(slot_offset(slot, int(i % 2)) + size_t(from) * row_bytes(),
                             size_t(to - from) * row_bytes());
   });
+  for (VirtualRegion& region : extra_)
+    region.commit(size_t(slot) * extra_slot_bytes_ + size_t(from) * extra_row_bytes(),
+                  size_t(to - from) * extra_row_bytes());
   committed_[slot] = to;
 }
 
@@ -45,6 +54,9 @@ void KvCache::ranges(int64_t slot, int64_t begin, int64_t end,
     for (int kv = 0; kv < 2; ++kv)
       out.emplace_back(region.data() + slot_offset(slot, kv) + size_t(begin) * row_bytes(),
                        size_t(end - begin) * row_bytes());
+  for (const VirtualRegion& region : extra_)
+    out.emplace_back(region.data() + size_t(slot) * extra_slot_bytes_ + size_t(begin) * extra_row_bytes(),
+                     size_t(end - begin) * extra_row_bytes());
 }
 
 void KvCache::release(int64_t slot, int64_t from_position) {
@@ -55,6 +67,9 @@ void KvCache::release(int64_t slot, int64_t from_position) {
   size_t from = size_t(from_position) * row_bytes();
   for (VirtualRegion& region : layers_)
     for (int kv = 0; kv < 2; ++kv) region.release(slot_offset(slot, kv) + from, slot_bytes_ - from);
+  const size_t extra_from = size_t(from_position) * extra_row_bytes();
+  for (VirtualRegion& region : extra_)
+    region.release(size_t(slot) * extra_slot_bytes_ + extra_from, extra_slot_bytes_ - extra_from);
 }
 
 size_t KvCache::resident_bytes() const {
@@ -78,11 +93,14 @@ size_t KvCache::resident_bytes() const {
   return resident_pages * page;
 }
 
-size_t KvCache::bytes_per_token() const { return layers_.size() * 2 * row_bytes(); }
+size_t KvCache::bytes_per_token() const {
+  return layers_.size() * 2 * row_bytes() + extra_.size() * extra_row_bytes();
+}
 
 size_t KvCache::reserved_bytes() const {
   size_t total = 0;
   for (const VirtualRegion& region : layers_) total += region.size();
+  for (const VirtualRegion& region : extra_) total += region.size();
   return total;
 }
 

@@ -8,6 +8,9 @@
 // positions in order (head h at offset h * head_dim, rows kv_row_stride apart), and the range
 // commits in 2 MiB huge pages. Pages commit as positions are written; a huge sequence_length
 // costs address space only.
+// An architecture may keep `extra_floats` FP32 values per position beside K and V in every layer
+// (Qwen3.8-Flash-Next: the QSA indexer's raw key and its block key): a third range per layer,
+// [slot][position][extra_floats], copied and released with the rows.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -22,12 +25,17 @@ class KvCache {
  public:
   KvCache() = default;
   KvCache(int64_t n_layers, int64_t n_slots, int64_t n_kv_heads, int64_t max_positions,
-          int64_t head_dim);
+          int64_t head_dim, int64_t extra_floats = 0);
 
   // Position 0, head 0 of a slot's K (or V) for a layer: [max_positions][n_kv_heads][head_dim].
   f16* k(int64_t layer, int64_t slot) const { return base(layer, slot, 0); }
   f16* v(int64_t layer, int64_t slot) const { return base(layer, slot, 1); }
   int64_t row_stride() const { return n_kv_heads_ * head_dim_; }  // elements per position
+  // Position 0 of a slot's extra values for a layer: [max_positions][extra_floats()].
+  float* extra(int64_t layer, int64_t slot) const {
+    return reinterpret_cast<float*>(extra_[layer].data() + size_t(slot) * extra_slot_bytes_);
+  }
+  int64_t extra_floats() const { return extra_floats_; }
 
   // Records that a slot's positions below end_position have been written (bounds the resident
   // scan; the forward pass calls it).
@@ -38,7 +46,8 @@ class KvCache {
   // huge page) before a pass writes them: one system call per layer and K/V, split over the
   // team, instead of a page fault per page. Positions already committed cost nothing.
   void commit(int64_t slot, int64_t end_position, ThreadTeam& team);
-  // Appends the byte ranges of a slot's positions [begin, end): per layer K, then V.
+  // Appends the byte ranges of a slot's positions [begin, end): per layer K, then V (then the
+  // extra values, when there are any).
   void ranges(int64_t slot, int64_t begin, int64_t end, std::vector<std::span<uint8_t>>& out) const;
   // Returns the pages of a slot's positions [from_position, max_positions) to the OS.
   void release(int64_t slot, int64_t from_position);
@@ -48,6 +57,7 @@ class KvCache {
 
  private:
   size_t row_bytes() const { return size_t(row_stride()) * sizeof(f16); }
+  size_t extra_row_bytes() const { return size_t(extra_floats_) * sizeof(float); }
   size_t slot_offset(int64_t slot, int kv) const {  // bytes from the start of a layer
     return size_t(kv * n_slots_ + slot) * slot_bytes_;
   }
@@ -57,6 +67,9 @@ class KvCache {
   int64_t n_slots_ = 0, n_kv_heads_ = 0, max_positions_ = 0, head_dim_ = 0;
   size_t slot_bytes_ = 0;  // one slot's K (or V) in a layer, rounded up to whole huge pages
   std::vector<VirtualRegion> layers_;
+  int64_t extra_floats_ = 0;
+  size_t extra_slot_bytes_ = 0;        // one slot's extra values in a layer, whole huge pages
+  std::vector<VirtualRegion> extra_;  // per layer: [slot][max_positions][extra_floats]
   std::vector<int64_t> written_;    // per slot: positions below this may be resident
   std::vector<int64_t> committed_;  // per slot: positions below this are committed
 };

@@ -4,7 +4,11 @@
 //   conv window  [taps - 1][conv_dim]   the last inputs of the causal convolution (FP32)
 //   S            [v_heads][dk][dv]      the delta-rule state (FP32)
 // A slot's sequence state at n tokens is its KV rows below n plus this state after token n - 1.
-// Its size does not depend on the sequence length.
+// Its size does not depend on the sequence length. An architecture may keep sliding windows per
+// slot after the layers' state (Qwen3.8-Flash-Next: each n-gram module's conv history and hash
+// context): `windows` windows of window_rows rows (oldest first), into each of which a token
+// pushes one row of window_row_floats values; zero in an empty sequence, copied in snapshots as
+// one more range, and rolled back like the conv windows (state_rollback.h).
 #include <algorithm>
 #include <cstdint>
 #include <span>
@@ -18,6 +22,9 @@ namespace ellm {
 // (q | k | v), and the delta rule's heads and head dims.
 struct RecurrentShape {
   int64_t layers = 0, conv_taps = 0, conv_dim = 0, key_heads = 0, value_heads = 0, dk = 0, dv = 0;
+  int64_t windows = 0, window_rows = 0, window_row_floats = 0;  // per slot, after the layers
+  int64_t window_floats() const { return window_rows * window_row_floats; }
+  int64_t extra_floats() const { return windows * window_floats(); }
 };
 
 class RecurrentState {
@@ -27,7 +34,9 @@ class RecurrentState {
       : n_layers_(shape.layers),
         conv_floats_((shape.conv_taps - 1) * shape.conv_dim),
         s_floats_(shape.value_heads * shape.dk * shape.dv),
-        data_(make_buffer<float>(size_t(n_layers_ * n_slots * (conv_floats_ + s_floats_)))) {}
+        extra_floats_(shape.extra_floats()),
+        slot_floats_(n_layers_ * (conv_floats_ + s_floats_) + extra_floats_),
+        data_(make_buffer<float>(size_t(n_slots * slot_floats_))) {}
 
   float* conv(int64_t layer, int64_t slot) const { return base(layer, slot); }
   float* S(int64_t layer, int64_t slot) const { return base(layer, slot) + conv_floats_; }
@@ -37,24 +46,27 @@ class RecurrentState {
     return reinterpret_cast<float*>(snapshot) + layer * (conv_floats_ + s_floats_);
   }
   float* S_in(uint8_t* snapshot, int64_t layer) const { return conv_in(snapshot, layer) + conv_floats_; }
-  // A slot's state as one byte range per layer, in the order of a snapshot.
+  // The extra values of a slot, and their place in a snapshot.
+  float* extra(int64_t slot) const { return base(n_layers_, slot); }
+  float* extra_in(uint8_t* snapshot) const { return conv_in(snapshot, n_layers_); }
+  // A slot's state as one byte range per layer (then one for the extra values), in the order
+  // of a snapshot.
   void ranges(int64_t slot, std::vector<std::span<uint8_t>>& out) const {
     for (int64_t l = 0; l < n_layers_; ++l)
       out.emplace_back(reinterpret_cast<uint8_t*>(base(l, slot)), size_t(conv_floats_ + s_floats_) * sizeof(float));
+    if (extra_floats_ > 0)
+      out.emplace_back(reinterpret_cast<uint8_t*>(extra(slot)), size_t(extra_floats_) * sizeof(float));
   }
   // The state of an empty sequence (all zeros), in every layer.
-  void reset(int64_t slot) {
-    for (int64_t l = 0; l < n_layers_; ++l)
-      std::fill_n(base(l, slot), conv_floats_ + s_floats_, 0.0f);
-  }
-  size_t bytes_per_slot() const { return size_t(n_layers_ * (conv_floats_ + s_floats_)) * sizeof(float); }
+  void reset(int64_t slot) { std::fill_n(base(0, slot), slot_floats_, 0.0f); }
+  size_t bytes_per_slot() const { return size_t(slot_floats_) * sizeof(float); }
 
  private:
   // Slot-major: one slot's state in all layers is one contiguous range.
   float* base(int64_t layer, int64_t slot) const {
-    return data_.get() + (slot * n_layers_ + layer) * (conv_floats_ + s_floats_);
+    return data_.get() + slot * slot_floats_ + layer * (conv_floats_ + s_floats_);
   }
-  int64_t n_layers_ = 0, conv_floats_ = 0, s_floats_ = 0;
+  int64_t n_layers_ = 0, conv_floats_ = 0, s_floats_ = 0, extra_floats_ = 0, slot_floats_ = 0;
   Buffer<float> data_;
 };
 

@@ -11,8 +11,9 @@ SequenceMemory::SequenceMemory(const MemoryShape& shape, const ServingLimits& li
     : n_slots_(limits.batch_size),
       max_positions_(limits.sequence_length),
       group_capacity_(limits.speculative_tokens + 1),
-      kv_(shape.kv_layers, limits.batch_size, shape.kv_heads, limits.sequence_length, shape.head_dim),
-      has_state_(shape.recurrent.layers > 0) {
+      kv_(shape.kv_layers, limits.batch_size, shape.kv_heads, limits.sequence_length, shape.head_dim,
+          shape.kv_extra_floats),
+      has_state_(shape.recurrent.layers > 0 || shape.recurrent.extra_floats() > 0) {
   const size_t slots = size_t(n_slots_);
   if (has_state_) {
     state_ = RecurrentState(shape.recurrent, n_slots_);

@@ -36,7 +36,8 @@ class SlotMemoryUser {
 
 struct MemoryShape {
   int64_t kv_layers = 0, kv_heads = 0, head_dim = 0;
-  RecurrentShape recurrent;  // recurrent.layers == 0: no recurrent state
+  RecurrentShape recurrent;  // recurrent.layers == 0 and no windows: no recurrent state
+  int64_t kv_extra_floats = 0;  // FP32 values per position beside K and V in each KV layer
 };
 
 class SequenceMemory {

@@ -13,6 +13,8 @@
 //   saved    [state floats of a slot]                       the state before the group
 //   inputs   [gdn layers][max tokens][CD | CD | Hv | Hv]    per token: the conv input (in_proj_qkv
 //            row), the delta rule's q | k | v (after conv, SiLU, L2 norms), log-decay g, beta
+//   rows     [windows][max tokens][window_row_floats]       per token: the row it pushed into
+//            each of the slot's sliding windows (RecurrentShape::windows)
 #include <cstdint>
 
 #include "base/memory.h"
@@ -41,6 +43,10 @@ class StateRollback {
   float* beta(int64_t layer, int64_t slot, int64_t index) const {
     return log_decay(layer, slot, index) + shape_.value_heads;
   }
+  // Where token `index` of the slot's group records the row it pushed into sliding window w.
+  float* window_row(int64_t w, int64_t slot, int64_t index) const {
+    return rows_.get() + ((slot * shape_.windows + w) * max_tokens_ + index) * shape_.window_row_floats;
+  }
   // The slot's state after the first `keep` tokens of its group: the saved state with those
   // tokens folded in again, on every member of the team.
   void restore(RecurrentState& state, int64_t slot, int64_t keep, ThreadTeam& team) const;
@@ -52,7 +58,7 @@ class StateRollback {
   }
   RecurrentShape shape_;
   int64_t max_tokens_ = 0, row_floats_ = 0, state_floats_ = 0;
-  Buffer<float> saved_, inputs_;
+  Buffer<float> saved_, inputs_, rows_;
   size_t bytes_ = 0;
 };
 

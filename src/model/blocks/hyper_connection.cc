@@ -1,0 +1,83 @@
+#include "model/blocks/hyper_connection.h"
+
+#include <cmath>
+
+namespace ellm {
+namespace {
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+}  // namespace
+
+HyperConnectionWeights load_hyper_connection(TensorLoader& load, const std::string& p,
+                                             const HyperConnectionSpec& s, bool with_inject) {
+  const int64_t W = s.width();
+  HyperConnectionWeights w;
+  w.norm = load.vector_f32_plus_one(p + "hc_norm.weight", W);
+  w.down = load.matrix_f32(p + "input_mix_weight_down.weight", s.lowrank, W);
+  w.up = load.matrix_f32(p + "input_mix_weight_up.weight", W, s.lowrank);
+  if (with_inject) w.inject = load.matrix_f32(p + "block_inject_weight.weight", s.streams, W);
+  return w;
+}
+
+void plan_hyper_connection(ActivationPlan& plan, HyperConnectionBuffers& b,
+                           const HyperConnectionSpec& s, size_t T) {
+  plan.carve(b.xn, T * size_t(s.width()));
+  plan.carve(b.a, T * size_t(s.lowrank));
+  plan.carve(b.g, T * size_t(s.width()));
+  plan.carve(b.weight, T * size_t(s.streams));
+}
+
+void hyper_mix_rows(const HyperConnectionSpec& s, const HyperConnectionWeights& w, const float* x,
+                    int64_t m, HyperConnectionBuffers& b, int64_t row0, float* u) {
+  const int64_t H = s.hidden, S = s.streams, W = s.width(), R = s.lowrank;
+  if (m <= 0) return;
+  float* xn = b.xn + row0 * W;
+  float* a = b.a + row0 * R;
+  float* g = b.g + row0 * W;
+  for (int64_t t = 0; t < m; ++t)  // each stream normed on its own, the gain spanning all
+    for (int64_t st = 0; st < S; ++st)
+      rmsnorm(x + t * W + st * H, 1, H, H, w.norm.get() + st * H, s.eps, xn + t * W + st * H, H);
+  dot_rows_f32(xn, m, W, w.down.get(), R, W, a, R);
+  for (int64_t i = 0; i < m * R; ++i) a[i] = silu(a[i] / float(S));
+  dot_rows_f32(a, m, R, w.up.get(), W, R, g, W);
+  for (int64_t t = 0; t < m; ++t) {
+    float* ut = u + t * H;
+    const float* gt = g + t * W;
+    const float* xt = xn + t * W;
+    for (int64_t i = 0; i < H; ++i) {
+      float sum = 0;
+      for (int64_t st = 0; st < S; ++st) sum += sigmoid(gt[st * H + i]) * xt[st * H + i];
+      ut[i] = sum / float(S);
+    }
+  }
+  if (!w.inject) return;
+  float* weight = b.weight + row0 * S;
+  dot_rows_f32(xn, m, W, w.inject.get(), S, W, weight, S);
+  for (int64_t i = 0; i < m * S; ++i) weight[i] = 2.0f * sigmoid(weight[i] / float(S));
+}
+
+void hyper_mix(BlockContext& ctx, const HyperConnectionSpec& s, const HyperConnectionWeights& w,
+               const float* x, int64_t n, HyperConnectionBuffers& b, float* u) {
+  ctx.profiler.time(Op::norm, 0, 0, [&] {
+    ctx.rows(n, [&](int64_t begin, int64_t end) {
+      hyper_mix_rows(s, w, x + begin * s.width(), end - begin, b, begin, u + begin * s.hidden);
+    });
+  });
+}
+
+void hyper_inject(BlockContext& ctx, const HyperConnectionSpec& s, const HyperConnectionBuffers& b,
+                  const float* y, int64_t n, float* x) {
+  const int64_t H = s.hidden, S = s.streams, W = s.width();
+  ctx.rows(n, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      for (int64_t st = 0; st < S; ++st) {
+        const float weight = b.weight[t * S + st];
+        float* xs = x + t * W + st * H;
+        for (int64_t i = 0; i < H; ++i) xs[i] += weight * y[t * H + i];
+      }
+  });
+}
+
+}  // namespace ellm
