@@ -316,4 +316,22 @@ std::string Qwen4ExpModel::kv_format() const {
          "] streams=" + std::to_string(extra_.hc_count);
 }
 
+namespace {
+
+Qwen4ExpConfig read_extra_fields(const std::string& model_dir, const ModelConfig& config) {
+  const std::string path = model_dir + "/config.json";
+  std::ifstream f(path);
+  std::stringstream text;
+  text << f.rdbuf();
+  ModelConfig reread = config;
+  reread.linear_attention.clear();
+  return parse_qwen4exp_fields(json::parse(text.str()), path, reread);
+}
+
+}  // namespace
+
+Qwen4ExpModel::Qwen4ExpModel(const std::string& model_dir, const ModelConfig& config,
+                             const ServingLimits& limits, std::shared_ptr<ThreadTeam> team)
+    : Qwen4ExpModel(model_dir, config, read_extra_fields(model_dir, config), limits, std::move(team)) {}
+
 }  // namespace ellm

@@ -61,6 +61,9 @@ class Qwen4ExpModel final : public Decoder {
  public:
   Qwen4ExpModel(const std::string& model_dir, const ModelConfig& config, const Qwen4ExpConfig& extra,
                 const ServingLimits& limits, std::shared_ptr<ThreadTeam> team);
+  // The fields beyond ModelConfig's read from model_dir's config.json again.
+  Qwen4ExpModel(const std::string& model_dir, const ModelConfig& config, const ServingLimits& limits,
+                std::shared_ptr<ThreadTeam> team);
   std::string kv_format() const override;
 
  private:
