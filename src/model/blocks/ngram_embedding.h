@@ -19,10 +19,12 @@
 // (taps - 1) dilation tokens (RecurrentShape::windows): each row holds a token's normed gv (the
 // conv's history) and its id (the hash context). All FP32, the same code on every tier.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/blocks/context.h"
+#include "model/load/mapped_table.h"
 #include "model/load/tensor_loader.h"
 #include "model/memory/sequence_memory.h"
 
@@ -61,14 +63,14 @@ struct NgramEmbeddingWeights {
   NgramHash hash;
   std::vector<const bf16*> shards;  // in the mapped checkpoint: [shard rows][row_dim] each
   std::vector<int64_t> shard_start;  // [shards + 1]  the first table row of each
-  size_t table_bytes = 0;
+  MappedTable table;                 // the shards' pages: residency, read-ahead, faults
 };
 
 // <prefix>key_proj, value_proj, norm_key, norm_query, norm_conv, conv1d (.weight); the table
 // <prefix>ple_embedding.ngram_embedding.shard_K.weight, K = 0 .. `shards` - 1, mapped, not
 // copied; the int64 buffers ple_embedding.{layer_multipliers, ngram_heads_vocab_sizes,
 // ngram_heads_offsets}, checked against the config's constants.
-NgramEmbeddingWeights load_ngram_embedding(TensorLoader& load, const std::string& prefix,
+std::unique_ptr<NgramEmbeddingWeights> load_ngram_embedding(TensorLoader& load, const std::string& prefix,
                                            const NgramEmbeddingSpec& spec, int64_t shards);
 
 struct NgramEmbeddingBuffers {
@@ -78,6 +80,8 @@ struct NgramEmbeddingBuffers {
   float* gated;  // [T][width]  gv
   float* normed; // [T][width]  the normed queries, then rmsnorm(gv)
   int32_t* context;  // [slots][8]  each slot's last token ids while a pass goes through its rows
+  const uint8_t** row_at;  // [T][heads]  each head's table row
+  uintptr_t* pages;        // [T][heads][2]  the pages to read ahead
   int32_t* seen;     // [slots]
 };
 
