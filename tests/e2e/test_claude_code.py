@@ -6,6 +6,7 @@ call in the template's XML format, then reasoning and the answer. The proxy show
 ran the tool and sent its result back (the nonce of a file only the tool can read), with the
 first turn's prompt served from the session cache (cache_read_input_tokens), and the agent
 exits 0 with the scripted answer."""
+import base64
 import json
 import os
 import secrets
@@ -25,6 +26,7 @@ MODEL = os.path.join(SHARED, "models", "tiny-qwen35")
 QWEN36_TEMPLATE = os.path.join(SHARED, "text", "qwen35", "chat_template.jinja")
 KEY = "agent-key"
 ANSWER = "The notes hold the nonce."
+REASONING = "The notes are in a file: read it."
 # No telemetry, error reports, update checks or other traffic beside the model's requests.
 QUIET = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
          "DISABLE_AUTOUPDATER": "1", "DISABLE_BUG_COMMAND": "1", "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1"}
@@ -96,7 +98,7 @@ def main():
         with open(notes, "w") as f:
             f.write(nonce + "\n")
         arguments = {"file_path": notes}
-        scripts = [token_ids("The notes are in a file: read it.\n</think>\n\n" + coder_call("Read", arguments) + "<|im_end|>"),
+        scripts = [token_ids(REASONING + "\n</think>\n\n" + coder_call("Read", arguments) + "<|im_end|>"),
                    token_ids("The file holds the nonce.\n</think>\n\n" + ANSWER + "<|im_end|>")]
         script_flag = ";".join(",".join(map(str, ids)) for ids in scripts)
 
@@ -130,6 +132,13 @@ def main():
                 for b in m["content"] if b["type"] == "tool_use"]
         check(len(uses) == 1 and uses[0]["id"] == calls[0]["id"] and uses[0]["input"] == arguments,
               f"the follow-up carries the call back: {uses}")
+        # Claude Code asks for thinking.display "omitted": the block came without its text, and
+        # goes back with the signature that holds it, so the template renders the reasoning again.
+        thinking = [b for m in messages if m["role"] == "assistant" and isinstance(m["content"], list)
+                    for b in m["content"] if b["type"] == "thinking"]
+        check(len(thinking) == 1 and thinking[0]["thinking"] == "" and
+              base64.b64decode(thinking[0]["signature"].split(":", 1)[1]).decode() == REASONING,
+              f"the follow-up carries the omitted reasoning back in its signature: {thinking}")
         results = [b for m in messages if m["role"] == "user" and isinstance(m["content"], list)
                    for b in m["content"] if b["type"] == "tool_result"]
         check(len(results) == 1 and results[0]["tool_use_id"] == calls[0]["id"] and nonce in json.dumps(results[0]),
