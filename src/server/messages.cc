@@ -27,9 +27,14 @@ void Server::Impl::messages(const httplib::Request& req, httplib::Response& res)
   MessagesRequest request = parse_messages_request(parse_body(req.body), engine.default_sampling());
   ChatRequest& chat = request.chat;
   const std::string prompt = prepare_chat(chat);
+  // Anthropic's words, which Claude Code reads to compact its conversation and try again.
+  const int64_t n_prompt = static_cast<int64_t>(chat.generate.prompt.size());
+  if (n_prompt >= sequence_length)
+    throw ApiError(400, "invalid_request_error", "prompt is too long: " + std::to_string(n_prompt) + " tokens > " +
+                                                     std::to_string(sequence_length - 1) + " maximum", "messages");
 
   ResponseMeta meta{random_id("msg_"), options.model_name, unix_time(), false, false, chat.stream};
-  meta.prompt_tokens = static_cast<int64_t>(chat.generate.prompt.size());
+  meta.prompt_tokens = n_prompt;
   auto output = std::make_shared<MessagesOutput>(meta, chat_parser(chat, prompt), request.show_thinking);
   respond<MessagesOutput>({submit(chat.generate)}, {output}, chat.stream, false, res, kAnthropicSse);
 }

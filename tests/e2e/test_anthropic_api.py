@@ -100,6 +100,10 @@ def main():
     with Server(HYBRID, "--chat-template", QWEN36_TEMPLATE, "--scripted-token-ms", "20", "--scripted-output",
                 ";".join(",".join(map(str, ids)) for ids in scripts), api_key=KEY, sequence_length=4096) as s:
         node(s.base, "tools")
+        status, error = s.post("/v1/messages", {"model": "m", "max_tokens": 5, "messages": [
+            {"role": "user", "content": "word " * 5000}]}, headers={"x-api-key": KEY})
+        check(status == 400 and re.fullmatch(r"prompt is too long: \d+ tokens > 4095 maximum", error["error"]["message"]),
+              f"a prompt beyond the context, in Anthropic's words: {status} {error}")
 
     # message_start goes out at once, and pings while the first token is awaited (1.5 s here).
     with Server(TINY, "--scripted-token-ms", "1500", "--scripted-output", ",".join(map(str, token_ids(TINY, "Hi"))),
