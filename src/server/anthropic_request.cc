@@ -82,7 +82,7 @@ struct Entry {
 };
 
 // A user turn: its text as parts (the template joins them as chat completions' parts), each
-// tool_result as a tool message in place. Results must answer the previous assistant turn.
+// tool_result as a tool message in place. Results must answer the last assistant turn's calls.
 void add_user(const Entry& e, const std::set<std::string>& open_calls, json& out) {
   json parts = json::array();
   auto flush = [&] {
@@ -100,7 +100,7 @@ void add_user(const Entry& e, const std::set<std::string>& open_calls, json& out
       if (!id || !id->is_string()) throw_bad_request(at + ": a tool_result needs a string 'tool_use_id'", "messages");
       if (!open_calls.count(id->get<std::string>()))
         throw_bad_request(at + ": tool_result '" + id->get<std::string>() +
-                              "' answers no tool_use of the previous assistant message", "messages");
+                              "' answers no tool_use of the last assistant message", "messages");
       const json* content = field(block, "content");
       std::string text = content ? text_of(*content, at + ".content") : "";
       const json* is_error = field(block, "is_error");
@@ -198,14 +198,10 @@ json chat_messages(std::string system, const json& messages) {
 
   json out = json::array();
   if (!system.empty()) out.push_back({{"role", "system"}, {"content", std::move(system)}});
-  std::set<std::string> open_calls;
+  std::set<std::string> open_calls;  // the calls of the last assistant turn
   for (const Entry& e : entries) {
-    if (e.role == "assistant") {
-      open_calls = add_assistant(e, out);
-    } else {
-      add_user(e, open_calls, out);
-      open_calls.clear();
-    }
+    if (e.role == "assistant") open_calls = add_assistant(e, out);
+    else add_user(e, open_calls, out);
   }
   return out;
 }

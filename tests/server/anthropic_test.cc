@@ -86,6 +86,18 @@ TEST(MessagesRequest, ToolBlocksBecomeToolCallsAndToolMessages) {
   EXPECT_EQ(chat.generate.max_tokens, 64);
 }
 
+TEST(MessagesRequest, ASystemEntryBetweenACallAndItsResultIsAUserTurnOfItsOwn) {
+  const json m = parse_messages_request(
+      body_with(json::array({user("Go"),
+                             {{"role", "assistant"}, {"content", json::parse(R"([{"type":"tool_use","id":"t1","name":"f","input":{}}])")}},
+                             {{"role", "system"}, {"content", "A reminder"}},
+                             user(json::parse(R"([{"type":"tool_result","tool_use_id":"t1","content":"done"}])"))})),
+      {}).chat.messages;
+  ASSERT_EQ(m.size(), 4u);
+  EXPECT_EQ(m[2]["content"][0]["text"], "A reminder");
+  EXPECT_EQ(m[3], json({{"role", "tool"}, {"tool_call_id", "t1"}, {"content", "done"}}));
+}
+
 TEST(MessagesRequest, BadInputIsA400NamingThePart) {
   EXPECT_NE(error_of(body_with({user(json::parse(R"([{"type":"image","source":{"type":"base64"}}])"))}))
                 .find("messages[0].content[0]: 'image' content is not supported"),
