@@ -89,6 +89,13 @@ def main():
         status, error = s.post("/v1/messages", None, raw=b"{not json", headers={"x-api-key": KEY})
         check(status == 400 and error["type"] == "error" and error["error"]["type"] == "invalid_request_error",
               f"invalid JSON: {status} {error}")
+        # A Bearer token serves as well as x-api-key; a wrong key is a 401 in Anthropic's shape.
+        status, count = s.post("/v1/messages/count_tokens", {"model": "m", "system": "Be brief.",
+                                                              "messages": [{"role": "user", "content": "Hi"}]})
+        check(status == 200 and count["input_tokens"] > 3, f"count_tokens with a Bearer token: {status} {count}")
+        status, error = s.post("/v1/messages?beta=true", {"model": "m", "max_tokens": 5, "messages": []},
+                               headers={"x-api-key": "wrong", "Authorization": "Bearer wrong"})
+        check(status == 401 and error["error"]["type"] == "authentication_error", f"wrong key: {status} {error}")
         status, metrics = s.get("/metrics")
         counts = dict(re.findall(r'ellm:requests_total\{[^}]*api="(\w+)"\} (\d+)', metrics))
         check(int(counts.get("messages", 0)) >= 10 and int(counts.get("messages_count_tokens", 0)) >= 1 and

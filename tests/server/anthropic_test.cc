@@ -238,6 +238,16 @@ TEST(MessagesOutput, StopReasonsAndOmittedThinking) {
   EXPECT_EQ(reasoning_from_signature(whole["content"][0]["signature"].get<std::string>()), "secret");
 }
 
+TEST(MessagesOutput, ACancelledRequestEndsInAnErrorEvent) {
+  MessagesOutput out = make_output();
+  out.on_event(text_event("</think>\n\nHel"));
+  const std::vector<nlohmann::json> events = out.on_event(end_event(FinishReason::abort));
+  ASSERT_EQ(events.size(), 2u);  // the open text block stops, then the error
+  EXPECT_EQ(events[0]["type"], "content_block_stop");
+  EXPECT_EQ(events[1]["type"], "error");
+  EXPECT_EQ(events[1]["error"]["type"], "overloaded_error");
+}
+
 TEST(MessagesOutput, ErrorsHaveAnthropicsShape) {
   EXPECT_EQ(anthropic_error_json(ApiError(400, "invalid_request_error", "bad")),
             nlohmann::json::parse(R"({"type":"error","error":{"type":"invalid_request_error","message":"bad"}})"));
