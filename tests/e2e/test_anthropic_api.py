@@ -4,7 +4,8 @@ the deltas add up to the final message), count_tokens, forced tool calls on rand
 scripted reasoning + tool-call turn on the hybrid tiny-qwen35 with Qwen3.6's template, its round
 trip served from the cache, stop sequences; bad input (a malformed block, an image, an unknown
 tool type, a tool_result answering nothing, a 20 MB body), each a 4xx in Anthropic's error shape
-while a good request runs unharmed; /metrics counting requests per API."""
+while a good request runs unharmed; /metrics counting requests per API; message_start before the
+first token, pings while waiting, and a client that hangs up mid-stream freeing its slot."""
 import json
 import os
 import re
@@ -113,13 +114,29 @@ def main():
               f"a prompt beyond the context, in Anthropic's words: {status} {error}")
 
     # message_start goes out at once, and pings while the first token is awaited (1.5 s here).
-    with Server(TINY, "--scripted-token-ms", "1500", "--scripted-output", ",".join(map(str, token_ids(TINY, "Hi"))),
-                api_key=KEY) as s:
-        events = timed_events(s, {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "Hello"}]})
+    with Server(TINY, "--scripted-token-ms", "1500", "--scripted-output",
+                ",".join(map(str, token_ids(TINY, "word " * 60))), api_key=KEY) as s:
+        events = timed_events(s, {"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "Hello"}]})
         kinds = [kind for _, kind in events]
         first_delta = next(t for t, kind in events if kind == "content_block_delta")
         check(kinds[0] == "message_start" and events[0][0] < 0.5 and "ping" in kinds[:kinds.index("content_block_start")]
               and first_delta > 1.4 and kinds[-2:] == ["message_delta", "message_stop"], f"stream timing: {events}")
+        # A client that hangs up mid-stream frees its slot within an engine step, as in chat.
+        body = {"model": "m", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "Bye"}]}
+        req = urllib.request.Request(s.base + "/v1/messages", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json", "x-api-key": KEY})
+        def running_becomes(value):
+            deadline = time.monotonic() + 6
+            while time.monotonic() < deadline:
+                metrics = s.get("/metrics")[1]
+                if float(re.search(r"ellm:num_requests_running\{[^}]*\} (\S+)", metrics).group(1)) == value:
+                    return True
+                time.sleep(0.1)
+            return False
+        with urllib.request.urlopen(req, timeout=60) as r:
+            check(r.readline().decode().startswith("event: message_start"), "message_start first")
+            check(running_becomes(1), "the stream's request runs")
+        check(running_becomes(0), "the request of a client that hung up still runs")
     print("ok")
 
 
