@@ -57,7 +57,7 @@ std::string text_of(const json& content, const std::string& at, bool drop_billin
   for (size_t i = 0; i < content.size(); ++i) {
     const std::string part_at = at + "[" + std::to_string(i) + "]";
     const std::string type = block_type(content[i], part_at);
-    if (type == "tool_reference") {  // a deferred tool that tool search loaded (not rendered: see README)
+    if (type == "tool_reference") {  // a deferred tool that tool search loaded: it joins the tools
       const json* name = field(content[i], "tool_name");
       text += std::string(text.empty() ? "" : "\n\n") + "Tool loaded: " + (name && name->is_string() ? name->get<std::string>() : "");
       continue;
@@ -212,9 +212,27 @@ void log_skipped_once(const std::string& type) {
     log_info("messages: tools of Anthropic's own types (here '" + type + "') carry no schema and are left out");
 }
 
+// The tools that tool search loaded: tool_reference blocks in the tool results.
+std::set<std::string> loaded_tools(const json& messages) {
+  std::set<std::string> names;
+  for (const json& m : messages) {
+    const json* content = m.is_object() ? field(m, "content") : nullptr;
+    if (!content || !content->is_array()) continue;
+    for (const json& block : *content) {
+      const json* result = block.is_object() ? field(block, "content") : nullptr;
+      if (!result || !result->is_array()) continue;
+      for (const json& part : *result)
+        if (part.is_object() && part.value("type", json()) == "tool_reference" && part.contains("tool_name") &&
+            part["tool_name"].is_string())
+          names.insert(part["tool_name"].get<std::string>());
+    }
+  }
+  return names;
+}
+
 // Anthropic tools -> OpenAI function tools. Anthropic's own tool types are skipped, as are
-// deferred tools (defer_loading: the API shows them only once tool search loads them).
-json chat_tools(const json& tools) {
+// deferred tools (defer_loading) until tool search loads them, as the API shows them.
+json chat_tools(const json& tools, const std::set<std::string>& loaded) {
   if (!tools.is_array()) throw_bad_request("'tools' must be a list", "tools");
   json out = json::array();
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -235,7 +253,8 @@ json chat_tools(const json& tools) {
     const json* schema = field(t, "input_schema");
     if (!name || !name->is_string() || name->get<std::string>().empty() || !schema || !schema->is_object())
       throw_bad_request(at + ": a tool needs a string 'name' and an object 'input_schema'", "tools");
-    if (const json* deferred = field(t, "defer_loading"); deferred && deferred->is_boolean() && deferred->get<bool>()) continue;
+    const json* deferred = field(t, "defer_loading");
+    if (deferred && deferred->is_boolean() && deferred->get<bool>() && !loaded.count(name->get<std::string>())) continue;
     json function = {{"name", *name}};
     if (const json* description = field(t, "description"); description && description->is_string())
       function["description"] = *description;
@@ -328,7 +347,7 @@ MessagesRequest parse_messages_request(const json& body, const SamplingParams& d
   }
   if (const json* metadata = field(body, "metadata"); metadata && !metadata->is_object())
     throw_bad_request("'metadata' must be an object", "metadata");
-  if (const json* tools = field(body, "tools")) chat["tools"] = chat_tools(*tools);
+  if (const json* tools = field(body, "tools")) chat["tools"] = chat_tools(*tools, loaded_tools(*messages));
   if (const json* choice = field(body, "tool_choice")) add_tool_choice(*choice, chat);
 
   MessagesRequest r;

@@ -98,6 +98,21 @@ TEST(MessagesRequest, ASystemEntryBetweenACallAndItsResultIsAUserTurnOfItsOwn) {
   EXPECT_EQ(m[3], json({{"role", "tool"}, {"tool_call_id", "t1"}, {"content", "done"}}));
 }
 
+TEST(MessagesRequest, DeferredToolsJoinOnceToolSearchLoadsThem) {
+  json body = body_with(json::array({user("Fetch it")}));
+  body["tools"] = json::parse(R"([{"name":"ToolSearch","input_schema":{"type":"object"}},
+      {"name":"WebFetch","input_schema":{"type":"object"},"defer_loading":true}])");
+  EXPECT_EQ(parse_messages_request(body, {}).chat.tools.size(), 1u);
+  body["messages"] = json::array(
+      {user("Fetch it"),
+       {{"role", "assistant"}, {"content", json::parse(R"([{"type":"tool_use","id":"t1","name":"ToolSearch","input":{}}])")}},
+       user(json::parse(R"([{"type":"tool_result","tool_use_id":"t1","content":[{"type":"tool_reference","tool_name":"WebFetch"}]}])"))});
+  const ChatRequest chat = parse_messages_request(body, {}).chat;
+  ASSERT_EQ(chat.tools.size(), 2u);
+  EXPECT_EQ(chat.tools[1]["function"]["name"], "WebFetch");
+  EXPECT_EQ(chat.messages[2]["content"], "Tool loaded: WebFetch");
+}
+
 TEST(MessagesRequest, BadInputIsA400NamingThePart) {
   EXPECT_NE(error_of(body_with({user(json::parse(R"([{"type":"image","source":{"type":"base64"}}])"))}))
                 .find("messages[0].content[0]: 'image' content is not supported"),
