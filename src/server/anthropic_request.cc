@@ -13,8 +13,6 @@ using json = nlohmann::ordered_json;
 namespace {
 
 constexpr std::string_view kBillingHeader = "x-anthropic-billing-header:";
-constexpr std::string_view kSignaturePrefix = "ellm-thinking-v1:";
-constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 // Types of Anthropic's own tools (server tools and the client tools whose schema the API
 // supplies): they carry no input_schema this server could show the model.
@@ -288,36 +286,6 @@ void add_tool_choice(const json& choice, json& body) {
 }
 
 }  // namespace
-
-std::string thinking_signature(std::string_view reasoning) {
-  std::string out(kSignaturePrefix);
-  uint32_t bits = 0;
-  int count = 0;
-  for (unsigned char c : reasoning) {
-    bits = (bits << 8) | c;
-    count += 8;
-    while (count >= 6) out += kBase64[(bits >> (count -= 6)) & 63];
-  }
-  if (count > 0) out += kBase64[(bits << (6 - count)) & 63];
-  while ((out.size() - kSignaturePrefix.size()) % 4) out += '=';
-  return out;
-}
-
-std::optional<std::string> reasoning_from_signature(std::string_view signature) {
-  if (!signature.starts_with(kSignaturePrefix)) return std::nullopt;
-  std::string out;
-  uint32_t bits = 0;
-  int count = 0;
-  for (char c : signature.substr(kSignaturePrefix.size())) {
-    if (c == '=') break;
-    const char* at = std::char_traits<char>::find(kBase64, 64, c);
-    if (!at) return std::nullopt;
-    bits = (bits << 6) | uint32_t(at - kBase64);
-    count += 6;
-    if (count >= 8) out += char((bits >> (count -= 8)) & 0xff);
-  }
-  return out;
-}
 
 MessagesRequest parse_messages_request(const json& body, const SamplingParams& defaults, bool count_only) {
   // The OpenAI chat body this request means; parse_chat_request checks the shared fields.
