@@ -105,3 +105,16 @@ def check(cond, what):
     if not cond:
         print("FAIL:", what, file=sys.stderr)
         sys.exit(1)
+
+
+def same_at_clear_margins(got, reference, what, margin_min):
+    """got's tokens (chat logprobs entries) equal the reference's up to the first step where the
+    reference's own top-1 margin is below margin_min (a near-tie either may take)."""
+    for i, (g, r) in enumerate(zip(got, reference)):
+        if g["token"] == r["token"]:
+            continue
+        top = r["top_logprobs"]
+        check(top[0]["logprob"] - top[1]["logprob"] <= margin_min,
+              f"{what}: token {i} differs at a clear margin: {g['token']!r} vs {r['token']!r} ({top})")
+        return
+    check(len(got) == len(reference), f"{what}: {len(got)} tokens against {len(reference)}")

@@ -12,7 +12,7 @@ import re
 import shutil
 import tempfile
 
-from server_harness import SHARED, Server, check
+from server_harness import SHARED, Server, check, same_at_clear_margins
 
 MODEL = os.path.join(SHARED, "models", "tiny-qwen35")
 QWEN36_TEMPLATE = os.path.join(SHARED, "text", "qwen35", "chat_template.jinja")
@@ -36,19 +36,6 @@ def chat(server, messages, kwargs):
     return reply, choice["logprobs"]["content"], body["usage"]
 
 
-def same_at_clear_margins(got, reference, what):
-    """got's tokens equal the reference's up to the first step where the reference's own top-1
-    margin is below the golden margin_min (a near-tie either may take)."""
-    for i, (g, r) in enumerate(zip(got, reference)):
-        if g["token"] == r["token"]:
-            continue
-        top = r["top_logprobs"]
-        check(top[0]["logprob"] - top[1]["logprob"] <= MARGIN_MIN,
-              f"{what}: token {i} differs at a clear margin: {g['token']!r} vs {r['token']!r} ({top})")
-        return
-    check(len(got) == len(reference), f"{what}: {len(got)} tokens against {len(reference)}")
-
-
 def metric(text, name, tier):
     m = re.search(r'^' + re.escape(name) + r'\{[^}]*tier="' + tier + r'"\} (\S+)$', text, re.M)
     check(m is not None, f"{name} for tier {tier} in /metrics")
@@ -66,7 +53,7 @@ def run_turns(server, reference, conversations, turns, kwargs, first_turn=0):
             messages.append({"role": "user", "content": f"Turn {turn} of agent {i}: fix bug {turn * 7 + i} in module {i}."})
             reply, got, usage = chat(server, messages, kwargs)
             _, expected, _ = chat(reference, messages, kwargs)
-            same_at_clear_margins(got, expected, f"turn {turn} agent {i}")
+            same_at_clear_margins(got, expected, f"turn {turn} agent {i}", MARGIN_MIN)
             cached = usage["prompt_tokens_details"]["cached_tokens"]
             if last_prompt[i] is not None:
                 reusable += last_prompt[i]
@@ -103,7 +90,7 @@ def main():
                     messages.append({"role": "user", "content": f"After the restart, agent {i} goes on."})
                     _, got, usage = chat(server, messages, no_thinking)
                     _, expected, _ = chat(reference, messages, no_thinking)
-                    same_at_clear_margins(got, expected, f"after the restart, agent {i}")
+                    same_at_clear_margins(got, expected, f"after the restart, agent {i}", MARGIN_MIN)
                     check(usage["prompt_tokens_details"]["cached_tokens"] >= usage["prompt_tokens"] - 60,
                           f"after the restart, agent {i} ({previous} messages): {usage}")
                 _, text = server.get("/metrics")

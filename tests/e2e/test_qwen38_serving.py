@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import tempfile
 
-from server_harness import BIN, SHARED, Server, check
+from server_harness import BIN, SHARED, Server, check, same_at_clear_margins
 
 MODEL = os.path.join(SHARED, "models", "tiny-qwen4exp")
 TEMPLATE = os.path.join(SHARED, "text", "qwen35", "chat_template_qwen38.jinja")
@@ -79,17 +79,6 @@ def scripted_checks():
         check(status == 400 and "reasoning effort" in json.dumps(r).lower(), f"an effort the template refuses: {status} {r}")
 
 
-def same_at_clear_margins(got, reference, what):
-    for i, (g, r) in enumerate(zip(got, reference)):
-        if g["token"] == r["token"]:
-            continue
-        top = r["top_logprobs"]
-        check(top[0]["logprob"] - top[1]["logprob"] <= MARGIN_MIN,
-              f"{what}: token {i} differs at a clear margin: {g['token']!r} vs {r['token']!r} ({top})")
-        return
-    check(len(got) == len(reference), f"{what}: {len(got)} tokens against {len(reference)}")
-
-
 def session_checks():
     """Three conversations on two slots, then a restart: each follow-up resumes from the store."""
     session_dir = tempfile.mkdtemp(prefix="ellm-qwen38-sessions-")
@@ -106,7 +95,8 @@ def session_checks():
                         r = chat(server, messages, **kw)
                         expected = chat(reference, messages, **kw)
                         same_at_clear_margins(r["choices"][0]["logprobs"]["content"],
-                                              expected["choices"][0]["logprobs"]["content"], f"turn {turn} agent {i}")
+                                              expected["choices"][0]["logprobs"]["content"], f"turn {turn} agent {i}",
+                                              MARGIN_MIN)
                         if len(messages) > 2:
                             reusable += previous[i]
                             served += min(r["usage"]["prompt_tokens_details"]["cached_tokens"], previous[i])
