@@ -50,6 +50,10 @@ struct GenerateRequest {
   // known). A hybrid model snapshots its state there: the next turn re-renders the reply that
   // follows (templates drop earlier turns' reasoning), so it resumes there.
   int64_t history_end = 0;
+  // Where the leading system messages end in the prompt (0: not known): the prefix that
+  // conversations with the same system prompt and tools share. A hybrid model snapshots its
+  // state there too, so the next conversation that starts the same way resumes there.
+  int64_t system_end = 0;
   // Constrained decoding (response_format, tool_choice); shared by the n choices of a request,
   // each of which gets its own decoding state at submit.
   std::shared_ptr<const OutputConstraint> constraint;

@@ -282,16 +282,46 @@ void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
       });
 }
 
-// Where the conversation so far ends in the prompt's ids: before the generation prompt, which
-// the next turn's history replaces with the reply as rendered (templates drop earlier turns'
-// reasoning), so it diverges there. 0 when the template does not render the history as a prefix.
-int64_t Server::Impl::history_end(const std::vector<int32_t>& ids, const std::string& prompt,
-                                  const std::string& history) const {
-  if (history.empty() || prompt.size() <= history.size() || prompt.compare(0, history.size(), history) != 0) return 0;
-  const std::vector<int32_t> tail = engine.encode(prompt.substr(history.size()));
-  if (tail.empty() || tail.size() >= ids.size() || !std::equal(tail.rbegin(), tail.rend(), ids.rbegin())) return 0;
-  return int64_t(ids.size() - tail.size());
+int64_t Server::Impl::prefix_end(const std::vector<int32_t>& ids, const std::string& prompt,
+                                 const std::string& prefix) const {
+  if (prefix.empty() || prompt.size() <= prefix.size() || prompt.compare(0, prefix.size(), prefix) != 0) return 0;
+  const std::vector<int32_t> head = engine.encode(prefix);
+  const size_t same = size_t(std::mismatch(head.begin(), head.end(), ids.begin(), ids.end()).first - head.begin());
+  // The prefix's last token may merge with what follows it in one prompt and not in another:
+  // every prompt that starts with the prefix agrees on the tokens before it.
+  return int64_t(std::min(same, head.empty() ? 0 : head.size() - 1));
 }
+
+namespace {
+
+// What every conversation with these leading system messages (Anthropic's system field
+// arrives as one) and tools starts with, whatever its first user turn: the common start of two
+// renders with different first user turns (templates refuse system messages alone). Empty when
+// there are none or the template refuses.
+std::string system_prefix(const ChatTemplate& chat_template, const nlohmann::ordered_json& messages,
+                          const nlohmann::ordered_json& tools, const nlohmann::ordered_json& kwargs) {
+  nlohmann::ordered_json leading = nlohmann::ordered_json::array();
+  for (const auto& m : messages) {
+    if (!m.is_object() || m.value("role", "") != "system") break;
+    leading.push_back(m);
+  }
+  if (leading.empty() || leading.size() == messages.size()) return "";
+  std::string renders[2];
+  try {
+    for (int i = 0; i < 2; ++i) {
+      nlohmann::ordered_json with_user = leading;
+      with_user.push_back({{"role", "user"}, {"content", i ? "b" : "a"}});
+      renders[i] = chat_template.render(with_user, tools, /*add_generation_prompt=*/false, kwargs);
+    }
+  } catch (const std::exception&) {
+    return "";
+  }
+  const size_t same = size_t(std::mismatch(renders[0].begin(), renders[0].end(), renders[1].begin(), renders[1].end()).first -
+                             renders[0].begin());
+  return renders[0].substr(0, same);
+}
+
+}  // namespace
 
 // As vLLM: the template always sees the tools. tool_choice "none" turns off parsing and bans
 // the tool-call token; "required" and a named function are enforced by the grammar.
@@ -300,9 +330,20 @@ std::string Server::Impl::prepare_chat(ChatRequest& request) const {
   std::string prompt = chat_template.render(request.messages, tools,
                                             /*add_generation_prompt=*/true, request.template_kwargs);
   request.generate.prompt = engine.encode(prompt);
-  if (engine.resumes_at_snapshots())
-    request.generate.history_end = history_end(request.generate.prompt, prompt,
-                                               chat_template.render(request.messages, tools, false, request.template_kwargs));
+  // Where a hybrid model snapshots its state beside the prompt's end: where the conversation so
+  // far ends, before the generation prompt, which the next turn's history replaces with the reply
+  // as rendered (templates drop earlier turns' reasoning); and where the system messages end.
+  if (engine.resumes_at_snapshots()) {
+    const std::vector<int32_t>& ids = request.generate.prompt;
+    const std::string history = chat_template.render(request.messages, tools, false, request.template_kwargs);
+    if (!history.empty() && prompt.size() > history.size() && prompt.compare(0, history.size(), history) == 0) {
+      const std::vector<int32_t> tail = engine.encode(prompt.substr(history.size()));
+      if (!tail.empty() && tail.size() < ids.size() && std::equal(tail.rbegin(), tail.rend(), ids.rbegin()))
+        request.generate.history_end = int64_t(ids.size() - tail.size());
+    }
+    request.generate.system_end =
+        prefix_end(ids, prompt, system_prefix(chat_template, request.messages, tools, request.template_kwargs));
+  }
   request.generate.constraint = chat_constraint(request, options.tool_call_format, options.parse_reasoning, prompt);
   return prompt;
 }

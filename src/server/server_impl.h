@@ -39,7 +39,9 @@ struct Server::Impl {
 
   // Shared steps of a generation request.
   void check_model_name(const std::string& requested) const;
-  int64_t history_end(const std::vector<int32_t>& ids, const std::string& prompt, const std::string& history) const;
+  // Where the text `prefix`, which the prompt starts with, ends in the prompt's ids (0: not at a
+  // token boundary, or not a prefix).
+  int64_t prefix_end(const std::vector<int32_t>& ids, const std::string& prompt, const std::string& prefix) const;
   // A chat request's prompt, rendered into request.generate (ids, history end, constraint);
   // returns the text. Chat completions and the Messages API both start here.
   std::string prepare_chat(ChatRequest& request) const;
