@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "grammar/token_mask.h"
 #include "server/api_response.h"
+#include "server/responses_output.h"
 #include "server/server_impl.h"
 #include "text/chat_template.h"
 
@@ -206,18 +207,22 @@ void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
 
   struct Progress {
     std::vector<std::optional<StreamEvent>> backlog;  // taken from a stream, not yet sent
+    std::string opening;                              // typed events: sent at once
     json usage;                                       // n > 1: the choices' usage, summed
     Clock::time_point last_write = Clock::now();
   };
   auto progress = std::make_shared<Progress>();
   progress->backlog.resize(n);
+  if constexpr (typed_events<Output>)  // the response exists from now on, before a long prefill
+    for (const json& e : outputs[0]->opening()) progress->opening += sse_event(e);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, streams, outputs, progress, guard, n, include_usage, wait_ms, cancel_all, all_finished](
           size_t, httplib::DataSink& sink) {
         if (past_grace()) cancel_all();
-        std::string out;
+        std::string out = std::move(progress->opening);
+        progress->opening.clear();
         // Drain what is ready (one write for a burst of tokens), a bounded amount per call.
         for (bool any = true; any && out.size() < kBytesPerWrite;) {
           any = false;
@@ -229,8 +234,12 @@ void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
             any = true;
             StreamEvent event = take_piece(backlog);
             if (event.finished && event.finish_reason == FinishReason::error) {
-              out += sse_data(error_json(ApiError(500, "internal_server_error", "generation failed: " + event.error)));
-              out += "data: [DONE]\n\n";
+              if constexpr (typed_events<Output>) {
+                for (const json& e : outputs[i]->failed("server_error", "generation failed: " + event.error)) out += sse_event(e);
+              } else {
+                out += sse_data(error_json(ApiError(500, "internal_server_error", "generation failed: " + event.error)));
+                out += "data: [DONE]\n\n";
+              }
               cancel_all();
               sink.write(out.data(), out.size());
               sink.done();
@@ -242,7 +251,7 @@ void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
                 continue;
               }
               if (n > 1) index_choices(chunk, i);
-              out += sse_data(chunk);
+              out += typed_events<Output> ? sse_event(chunk) : sse_data(chunk);
             }
           }
         }
@@ -256,7 +265,7 @@ void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
           chunk["usage"] = progress->usage;
           out += sse_data(chunk);
         }
-        if (done) out += "data: [DONE]\n\n";
+        if (done && !typed_events<Output>) out += "data: [DONE]\n\n";
         else if (out.empty() && Clock::now() - progress->last_write > std::chrono::seconds(1)) out = ": keep-alive\n\n";
         if (!out.empty()) {
           if (!sink.write(out.data(), out.size())) {
@@ -284,13 +293,9 @@ int64_t Server::Impl::history_end(const std::vector<int32_t>& ids, const std::st
   return int64_t(ids.size() - tail.size());
 }
 
-void Server::Impl::chat_completions(const httplib::Request& req, httplib::Response& res) {
-  ChatRequest request = parse_chat_request(parse_body(req.body), engine.default_sampling());
-  check_model_name(request.model);
-
+std::string Server::Impl::prepare_chat(ChatRequest& request) {
   // As vLLM: the template always sees the tools. tool_choice "none" turns off parsing and bans
   // the tool-call token; "required" and a named function are enforced by the grammar.
-  const bool parse_tools = !request.tools.empty() && request.tool_choice != "none";
   nlohmann::ordered_json tools = request.tools.empty() ? nlohmann::ordered_json(nullptr) : request.tools;
   std::string prompt = chat_template.render(request.messages, tools,
                                             /*add_generation_prompt=*/true, request.template_kwargs);
@@ -299,21 +304,33 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
     request.generate.history_end = history_end(request.generate.prompt, prompt,
                                                chat_template.render(request.messages, tools, false, request.template_kwargs));
   request.generate.constraint = chat_constraint(request, options.tool_call_format, options.parse_reasoning, prompt);
+  return prompt;
+}
+
+std::unique_ptr<OutputParser> Server::Impl::chat_parser(const ChatRequest& request, const std::string& prompt) const {
+  const bool parse_tools = !request.tools.empty() && request.tool_choice != "none";
   const bool forced_calls = request.tool_choice != "auto" && request.tool_choice != "none";
+  auto parser = std::make_unique<OutputParser>(parse_tools ? options.tool_call_format : ToolCallFormat::none,
+                                               options.parse_reasoning, prompt_opens_reasoning(prompt),
+                                               request.tools.empty() ? json(nullptr) : json(request.tools));
+  // Forced calls stream in the whole reply too: the grammar keeps them valid, and one cut by
+  // max_tokens stays a call. Free output streams only for a stream, where a call that then
+  // goes wrong keeps what went out; a whole reply keeps such text as content.
+  if (forced_calls || request.stream) parser->stream_tool_calls();
+  return parser;
+}
+
+void Server::Impl::chat_completions(const httplib::Request& req, httplib::Response& res) {
+  ChatRequest request = parse_chat_request(parse_body(req.body), engine.default_sampling());
+  check_model_name(request.model);
+  const std::string prompt = prepare_chat(request);
 
   ResponseMeta meta{random_id("chatcmpl-"), options.model_name, unix_time(), request.include_usage, request.logprobs, request.stream};
   meta.continuous_usage = request.stream && request.continuous_usage;
   meta.prompt_tokens = static_cast<int64_t>(request.generate.prompt.size());
   std::vector<std::shared_ptr<ChatOutput>> outputs;
-  for (int i = 0; i < request.n; ++i) {
-    auto parser = std::make_unique<OutputParser>(parse_tools ? options.tool_call_format : ToolCallFormat::none,
-                                                 options.parse_reasoning, prompt_opens_reasoning(prompt), json(tools));
-    // Forced calls stream in the whole reply too: the grammar keeps them valid, and one cut by
-    // max_tokens stays a call. Free output streams only for a stream, where a call that then
-    // goes wrong keeps what went out; a whole reply keeps such text as content.
-    if (forced_calls || request.stream) parser->stream_tool_calls();
-    outputs.push_back(std::make_shared<ChatOutput>(meta, std::move(parser), [this](int32_t id) { return engine.token_text(id); }));
-  }
+  for (int i = 0; i < request.n; ++i)
+    outputs.push_back(std::make_shared<ChatOutput>(meta, chat_parser(request, prompt), [this](int32_t id) { return engine.token_text(id); }));
   respond(submit_choices(request.generate, request.n), std::move(outputs), request.stream, request.include_usage, res);
 }
 
@@ -334,5 +351,8 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
     outputs.push_back(std::make_shared<TextOutput>(meta, echo, [this](int32_t id) { return engine.token_text(id); }));
   respond(submit_choices(request.generate, request.n), std::move(outputs), request.stream, request.include_usage, res);
 }
+
+template void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>>, std::vector<std::shared_ptr<ResponsesOutput>>,
+                                    bool, bool, httplib::Response&);
 
 }  // namespace ellm

@@ -109,6 +109,19 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, co
       << "# TYPE ellm:http_responses_total counter\n";
   for (const auto& [key, count] : http.snapshot())
     out << "ellm:http_responses_total{route=\"" << escape_label(key.first) << "\",status=\"" << key.second << '"' << replica_label << "} " << count << '\n';
+
+  // Requests per API, whatever their status: the routes that serve one, by the API's name.
+  static const std::pair<const char*, const char*> apis[] = {
+      {"/v1/chat/completions", "chat_completions"}, {"/v1/completions", "completions"}, {"/v1/responses", "responses"}};
+  const auto responses = http.snapshot();
+  out << "# HELP ellm:requests_total Requests by API (any status).\n"
+      << "# TYPE ellm:requests_total counter\n";
+  for (const auto& [route, api] : apis) {
+    int64_t total = 0;
+    for (const auto& [key, count] : responses)
+      if (key.first == route) total += count;
+    out << "ellm:requests_total{api=\"" << api << "\"," << label << "} " << total << '\n';
+  }
   return out.str();
 }
 

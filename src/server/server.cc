@@ -23,6 +23,7 @@ using ojson = nlohmann::ordered_json;  // requests keep their key order: templat
 
 std::string json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 std::string sse_data(const json& j) { return "data: " + json_text(j) + "\n\n"; }
+std::string sse_event(const json& j) { return "event: " + j.value("type", std::string("message")) + "\n" + sse_data(j); }
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -37,7 +38,7 @@ namespace {
 constexpr std::chrono::milliseconds kListenerLinger{500};
 
 const char* route_label(const std::string& path) {
-  static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
+  static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/models", "/health",
                                 "/metrics", "/tokenize", "/detokenize"};
   for (const char* k : known)
     if (path == k) return k;
@@ -106,6 +107,7 @@ Server::Impl::Impl(Engine& engine, const ChatTemplate& chat_template, ServerOpti
   };
   http.Post("/v1/chat/completions", guarded(&Impl::chat_completions));
   http.Post("/v1/completions", guarded(&Impl::completions));
+  http.Post("/v1/responses", guarded(&Impl::responses));
   http.Get("/v1/models", guarded(&Impl::models));
   http.Post("/tokenize", guarded(&Impl::tokenize));
   http.Post("/detokenize", guarded(&Impl::detokenize));
@@ -136,6 +138,36 @@ void Server::Impl::check_model_name(const std::string& requested) const {
     throw ApiError(404, "not_found_error", "the model '" + requested + "' does not exist; this server serves '" + options.model_name + "'", "model");
 }
 
+// The model as Codex's model catalog describes one (`models`, read from /models, or saved as a
+// file for its model_catalog_json setting): the context, the tools it is offered (the shell
+// through exec_command, apply_patch as a freeform tool) and reasoning levels.
+json Server::Impl::codex_model_info() const {
+  json levels = json::array();
+  for (const char* effort : {"none", "low", "medium", "high"})
+    levels.push_back({{"effort", effort}, {"description", std::string("reasoning effort ") + effort}});
+  return {{"slug", options.model_name},
+          {"display_name", options.model_name},
+          {"description", "served by ellm from " + options.model_path},
+          {"default_reasoning_level", "medium"},
+          {"supported_reasoning_levels", levels},
+          {"shell_type", "unified_exec"},
+          {"visibility", "list"},
+          {"supported_in_api", true},
+          {"priority", 0},
+          {"upgrade", nullptr},
+          {"base_instructions", "You are a coding agent running on the user's machine. Use the tools to inspect and change "
+                                "files and run commands; keep answers short."},
+          {"supports_reasoning_summaries", false},
+          {"support_verbosity", false},
+          {"default_verbosity", nullptr},
+          {"apply_patch_tool_type", "freeform"},
+          {"truncation_policy", {{"mode", "tokens"}, {"limit", 10000}}},
+          {"supports_parallel_tool_calls", true},
+          {"context_window", sequence_length},
+          {"experimental_supported_tools", json::array()},
+          {"input_modalities", json::array({"text"})}};
+}
+
 void Server::Impl::models(const httplib::Request&, httplib::Response& res) {
   json model = {{"id", options.model_name},
                 {"object", "model"},
@@ -144,7 +176,7 @@ void Server::Impl::models(const httplib::Request&, httplib::Response& res) {
                 {"root", options.model_path},
                 {"parent", nullptr},
                 {"max_model_len", sequence_length}};
-  send_json(res, 200, {{"object", "list"}, {"data", json::array({model})}});
+  send_json(res, 200, {{"object", "list"}, {"data", json::array({model})}, {"models", json::array({codex_model_info()})}});
 }
 
 // vLLM shapes: {"prompt": text} or {"messages": [...]} -> {"count", "max_model_len", "tokens", "token_strs"}.

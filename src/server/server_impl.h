@@ -18,8 +18,10 @@ struct Server::Impl {
 
   // Routes.
   void chat_completions(const httplib::Request& req, httplib::Response& res);
+  void responses(const httplib::Request& req, httplib::Response& res);
   void completions(const httplib::Request& req, httplib::Response& res);
   void models(const httplib::Request& req, httplib::Response& res);
+  nlohmann::json codex_model_info() const;
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
 
@@ -27,6 +29,11 @@ struct Server::Impl {
   void check_model_name(const std::string& requested) const;
   int64_t history_end(const std::vector<int32_t>& ids, const std::string& prompt, const std::string& history) const;
   std::shared_ptr<RequestStream> submit(GenerateRequest request);
+  // A chat request -> its prompt text; fills request.generate (prompt ids, history_end, the
+  // constraint of tool_choice / response_format). Every chat-shaped API goes through it.
+  std::string prepare_chat(ChatRequest& request);
+  // The parser of a chat request's output (reasoning, tool calls) given its prompt.
+  std::unique_ptr<OutputParser> chat_parser(const ChatRequest& request, const std::string& prompt) const;
   // n choices of one prompt: n requests, choice i seeded with seed + i when a seed is given. The
   // engine prefills the prompt once and copies it to the others (a prefill in flight is waited
   // for). All or none are submitted.
@@ -50,6 +57,11 @@ struct Server::Impl {
 
 // One line of SSE: "data: <json>\n\n". Invalid UTF-8 from odd tokens is replaced, never thrown.
 std::string sse_data(const nlohmann::json& j);
+// An output type whose stream is typed events (Responses): each goes out as "event: <type>" and
+// its data, with no [DONE] at the end; the opening events go out before the prefill.
+template <class Output>
+constexpr bool typed_events = requires { Output::kTypedEvents; };
+std::string sse_event(const nlohmann::json& j);
 std::string json_text(const nlohmann::json& j);
 void send_json(httplib::Response& res, int status, const nlohmann::json& body);
 void send_error(httplib::Response& res, const ApiError& e);
