@@ -269,7 +269,10 @@ ResponsesRequest parse_responses_request(const json& body, const SamplingParams&
   json chat = json::object();
   for (const char* name : {"model", "stream", "temperature", "top_p", "parallel_tool_calls"})
     if (const json* v = field(body, name)) chat[name] = *v;
-  if (const json* v = field(body, "max_output_tokens")) chat["max_tokens"] = *v;
+  if (const json* v = field(body, "max_output_tokens")) {
+    if (!v->is_number_integer() || v->get<int64_t>() < 1) bad("'max_output_tokens' must be an integer of at least 1", "max_output_tokens");
+    chat["max_tokens"] = *v;
+  }
 
   MessageBuilder messages;
   if (const json* instructions = field(body, "instructions")) {
