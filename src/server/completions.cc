@@ -16,6 +16,9 @@ namespace ellm {
 
 using nlohmann::json;
 
+const SseDialect kOpenAiSse{sse_data, [](const ApiError& e) { return sse_data(error_json(e)) + "data: [DONE]\n\n"; },
+                            ": keep-alive\n\n", "data: [DONE]\n\n"};
+
 std::shared_ptr<RequestStream> Server::Impl::submit(GenerateRequest request) {
   try {
     return engine.submit(std::move(request));
@@ -143,7 +146,7 @@ void add_usage(nlohmann::json& total, const nlohmann::json& usage) {
 template <class Output>
 void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
                            std::vector<std::shared_ptr<Output>> outputs, bool streaming, bool include_usage,
-                           httplib::Response& res) {
+                           httplib::Response& res, const SseDialect& dialect) {
   using Clock = std::chrono::steady_clock;
   constexpr int kPollMs = 100;
   // Counts this request until the last holder (handler or provider) lets go. Not copyable: a
@@ -207,22 +210,24 @@ void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
 
   struct Progress {
     std::vector<std::optional<StreamEvent>> backlog;  // taken from a stream, not yet sent
-    std::string opening;                              // typed events: sent at once
     json usage;                                       // n > 1: the choices' usage, summed
     Clock::time_point last_write = Clock::now();
+    bool started = false;
   };
   auto progress = std::make_shared<Progress>();
   progress->backlog.resize(n);
-  if constexpr (typed_events<Output>)  // the response exists from now on, before a long prefill
-    for (const json& e : outputs[0]->opening()) progress->opening += sse_event(e);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, streams, outputs, progress, guard, n, include_usage, wait_ms, cancel_all, all_finished](
+      [this, streams, outputs, progress, guard, n, include_usage, wait_ms, cancel_all, all_finished, dialect](
           size_t, httplib::DataSink& sink) {
         if (past_grace()) cancel_all();
-        std::string out = std::move(progress->opening);
-        progress->opening.clear();
+        std::string out;
+        if (!progress->started) {  // written at once, before a long prefill ends
+          progress->started = true;
+          if constexpr (requires { outputs[0]->on_start(); })
+            for (const json& event : outputs[0]->on_start()) out += dialect.event(event);
+        }
         // Drain what is ready (one write for a burst of tokens), a bounded amount per call.
         for (bool any = true; any && out.size() < kBytesPerWrite;) {
           any = false;
@@ -234,12 +239,7 @@ void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
             any = true;
             StreamEvent event = take_piece(backlog);
             if (event.finished && event.finish_reason == FinishReason::error) {
-              if constexpr (typed_events<Output>) {
-                for (const json& e : outputs[i]->failed("server_error", "generation failed: " + event.error)) out += sse_event(e);
-              } else {
-                out += sse_data(error_json(ApiError(500, "internal_server_error", "generation failed: " + event.error)));
-                out += "data: [DONE]\n\n";
-              }
+              out += dialect.error(ApiError(500, "internal_server_error", "generation failed: " + event.error));
               cancel_all();
               sink.write(out.data(), out.size());
               sink.done();
@@ -251,7 +251,7 @@ void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
                 continue;
               }
               if (n > 1) index_choices(chunk, i);
-              out += typed_events<Output> ? sse_event(chunk) : sse_data(chunk);
+              out += dialect.event(chunk);
             }
           }
         }
@@ -263,10 +263,10 @@ void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
           chunk.erase("usage");
           chunk["choices"] = json::array();
           chunk["usage"] = progress->usage;
-          out += sse_data(chunk);
+          out += dialect.event(chunk);
         }
-        if (done && !typed_events<Output>) out += "data: [DONE]\n\n";
-        else if (out.empty() && Clock::now() - progress->last_write > std::chrono::seconds(1)) out = ": keep-alive\n\n";
+        if (done) out += dialect.done;
+        else if (out.empty() && Clock::now() - progress->last_write > std::chrono::seconds(1)) out = dialect.keep_alive;
         if (!out.empty()) {
           if (!sink.write(out.data(), out.size())) {
             cancel_all();
@@ -293,9 +293,9 @@ int64_t Server::Impl::history_end(const std::vector<int32_t>& ids, const std::st
   return int64_t(ids.size() - tail.size());
 }
 
-std::string Server::Impl::prepare_chat(ChatRequest& request) {
-  // As vLLM: the template always sees the tools. tool_choice "none" turns off parsing and bans
-  // the tool-call token; "required" and a named function are enforced by the grammar.
+// As vLLM: the template always sees the tools. tool_choice "none" turns off parsing and bans
+// the tool-call token; "required" and a named function are enforced by the grammar.
+std::string Server::Impl::prepare_chat(ChatRequest& request) const {
   nlohmann::ordered_json tools = request.tools.empty() ? nlohmann::ordered_json(nullptr) : request.tools;
   std::string prompt = chat_template.render(request.messages, tools,
                                             /*add_generation_prompt=*/true, request.template_kwargs);
@@ -309,13 +309,13 @@ std::string Server::Impl::prepare_chat(ChatRequest& request) {
 
 std::unique_ptr<OutputParser> Server::Impl::chat_parser(const ChatRequest& request, const std::string& prompt) const {
   const bool parse_tools = !request.tools.empty() && request.tool_choice != "none";
-  const bool forced_calls = request.tool_choice != "auto" && request.tool_choice != "none";
   auto parser = std::make_unique<OutputParser>(parse_tools ? options.tool_call_format : ToolCallFormat::none,
                                                options.parse_reasoning, prompt_opens_reasoning(prompt),
-                                               request.tools.empty() ? json(nullptr) : json(request.tools));
+                                               json(request.tools.empty() ? nlohmann::ordered_json(nullptr) : request.tools));
   // Forced calls stream in the whole reply too: the grammar keeps them valid, and one cut by
   // max_tokens stays a call. Free output streams only for a stream, where a call that then
   // goes wrong keeps what went out; a whole reply keeps such text as content.
+  const bool forced_calls = request.tool_choice != "auto" && request.tool_choice != "none";
   if (forced_calls || request.stream) parser->stream_tool_calls();
   return parser;
 }
@@ -352,7 +352,9 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   respond(submit_choices(request.generate, request.n), std::move(outputs), request.stream, request.include_usage, res);
 }
 
-template void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>>, std::vector<std::shared_ptr<ResponsesOutput>>,
-                                    bool, bool, httplib::Response&);
+// The Responses API's streams (responses_api.cc) are served by the same loop.
+template void Server::Impl::respond<ResponsesOutput>(std::vector<std::shared_ptr<RequestStream>>,
+                                                     std::vector<std::shared_ptr<ResponsesOutput>>, bool, bool,
+                                                     httplib::Response&, const SseDialect&);
 
 }  // namespace ellm

@@ -110,17 +110,17 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, co
   for (const auto& [key, count] : http.snapshot())
     out << "ellm:http_responses_total{route=\"" << escape_label(key.first) << "\",status=\"" << key.second << '"' << replica_label << "} " << count << '\n';
 
-  // Requests per API, whatever their status: the routes that serve one, by the API's name.
-  static const std::pair<const char*, const char*> apis[] = {
-      {"/v1/chat/completions", "chat_completions"}, {"/v1/completions", "completions"}, {"/v1/responses", "responses"}};
+  // Requests per API, whatever their status: the generation routes' responses summed.
+  static const std::pair<const char*, const char*> kApis[] = {
+      {"chat_completions", "/v1/chat/completions"}, {"completions", "/v1/completions"},
+      {"responses", "/v1/responses"}};
+  out << "# HELP ellm:requests_total Requests by API (any status).\n# TYPE ellm:requests_total counter\n";
   const auto responses = http.snapshot();
-  out << "# HELP ellm:requests_total Requests by API (any status).\n"
-      << "# TYPE ellm:requests_total counter\n";
-  for (const auto& [route, api] : apis) {
+  for (const auto& [api, route] : kApis) {
     int64_t total = 0;
     for (const auto& [key, count] : responses)
       if (key.first == route) total += count;
-    out << "ellm:requests_total{api=\"" << api << "\"," << label << "} " << total << '\n';
+    out << "ellm:requests_total{" << label << ",api=\"" << api << "\"} " << total << '\n';
   }
   return out.str();
 }

@@ -14,6 +14,15 @@ using nlohmann::json;
 
 namespace {
 
+// Responses streams name each event (`event: <type>`) and end without [DONE].
+std::string responses_event(const json& event) { return "event: " + event["type"].get<std::string>() + "\n" + sse_data(event); }
+
+std::string responses_error(const ApiError& e) {
+  return responses_event({{"type", "error"}, {"code", "server_error"}, {"message", e.what()}, {"param", nullptr}});
+}
+
+const SseDialect kResponsesSse{responses_event, responses_error, ": keep-alive\n\n", ""};
+
 // A prompt the context cannot hold: a 400 with OpenAI's code, or, for a stream, the stream's
 // own failure (response.failed), which is how Responses clients learn to compact.
 void context_exceeded(httplib::Response& res, const ResponsesMeta& meta, bool stream, const std::string& message) {
@@ -25,8 +34,8 @@ void context_exceeded(httplib::Response& res, const ResponsesMeta& meta, bool st
   }
   ResponsesOutput output(meta, nullptr);
   std::string text;
-  for (const json& e : output.opening()) text += sse_event(e);
-  for (const json& e : output.failed("context_length_exceeded", message)) text += sse_event(e);
+  for (const json& e : output.on_start()) text += responses_event(e);
+  for (const json& e : output.failed("context_length_exceeded", message)) text += responses_event(e);
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_content(text, "text/event-stream");
@@ -55,7 +64,7 @@ void Server::Impl::responses(const httplib::Request& req, httplib::Response& res
     throw;
   }
   std::vector<std::shared_ptr<ResponsesOutput>> outputs{std::make_shared<ResponsesOutput>(std::move(meta), chat_parser(chat, prompt))};
-  respond(std::move(streams), std::move(outputs), chat.stream, /*include_usage=*/false, res);
+  respond(std::move(streams), std::move(outputs), chat.stream, /*include_usage=*/false, res, kResponsesSse);
 }
 
 }  // namespace ellm

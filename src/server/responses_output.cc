@@ -45,7 +45,7 @@ json ResponsesOutput::event(const char* type, json fields) {
   return fields;
 }
 
-std::vector<json> ResponsesOutput::opening() {
+std::vector<json> ResponsesOutput::on_start() {
   json r = base_response(meta_, "in_progress");
   return {event("response.created", {{"response", r}}), event("response.in_progress", {{"response", r}})};
 }

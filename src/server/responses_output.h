@@ -28,15 +28,12 @@ struct ResponsesMeta {
 
 class ResponsesOutput {
  public:
-  // Server::Impl::respond frames these as named SSE events (`event: <type>`), without [DONE].
-  static constexpr bool kTypedEvents = true;
-
   ResponsesOutput(ResponsesMeta meta, std::unique_ptr<OutputParser> parser);
 
   // response.created and response.in_progress: sent before the prompt is prefilled.
-  std::vector<nlohmann::json> opening();
+  std::vector<nlohmann::json> on_start();
   std::vector<nlohmann::json> on_event(const StreamEvent& event);
-  // A generation that failed or a request refused after the stream began: response.failed.
+  // A request refused once its stream had begun: response.failed.
   std::vector<nlohmann::json> failed(const std::string& code, const std::string& message);
   // The response object (once finished: its final status, output items and usage).
   nlohmann::json response() const;

@@ -23,7 +23,6 @@ using ojson = nlohmann::ordered_json;  // requests keep their key order: templat
 
 std::string json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 std::string sse_data(const json& j) { return "data: " + json_text(j) + "\n\n"; }
-std::string sse_event(const json& j) { return "event: " + j.value("type", std::string("message")) + "\n" + sse_data(j); }
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;

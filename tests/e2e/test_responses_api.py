@@ -123,7 +123,7 @@ def context_exceeded(server):
 
 def requests_total(server, api):
     status, text = server.get("/metrics")
-    match = re.search(r'^ellm:requests_total\{api="' + api + r'"[^}]*\} (\d+)$', text, re.M)
+    match = re.search(r'^ellm:requests_total\{[^}]*api="' + api + r'"[^}]*\} (\d+)$', text, re.M)
     check(status == 200 and match, f"/metrics has ellm:requests_total for {api}")
     return int(match.group(1))
 

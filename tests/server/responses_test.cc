@@ -110,7 +110,7 @@ TEST(ResponsesOutput, DeltasAddUpToTheItemsHoweverTheTextIsSplit) {
   nlohmann::json whole;
   for (size_t step : {text.size(), size_t(1), size_t(7)}) {
     ResponsesOutput out = make_output(step != text.size());
-    std::vector<nlohmann::json> events = out.opening();
+    std::vector<nlohmann::json> events = out.on_start();
     for (size_t at = 0; at < text.size(); at += step)
       for (auto& e : out.on_event(piece(text.substr(at, step)))) events.push_back(std::move(e));
     for (auto& e : out.on_event(end(40))) events.push_back(std::move(e));
