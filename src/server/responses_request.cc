@@ -268,8 +268,10 @@ ResponsesRequest parse_responses_request(const json& body, const SamplingParams&
     bad("'conversation' is not supported: this server stores no conversations", "conversation");
 
   json chat = json::object();
-  // seed, top_k, min_p: as chat completions takes them (not Responses fields; vLLM takes them too).
-  for (const char* name : {"model", "stream", "temperature", "top_p", "parallel_tool_calls", "seed", "top_k", "min_p"})
+  // seed, top_k, min_p, ignore_eos: as chat completions takes them (not Responses fields; vLLM
+  // takes them too).
+  for (const char* name : {"model", "stream", "temperature", "top_p", "parallel_tool_calls", "seed", "top_k", "min_p",
+                           "ignore_eos"})
     if (const json* v = field(body, name)) chat[name] = *v;
   if (const json* v = field(body, "max_output_tokens")) {
     if (!v->is_number_integer() || v->get<int64_t>() < 1) bad("'max_output_tokens' must be an integer of at least 1", "max_output_tokens");

@@ -4,10 +4,12 @@ stream with reasoning, a function-call round trip and a custom (freeform) tool r
 scripted model turns, the follow-ups served from the session cache; text.format json_schema and a
 forced call on random weights. Then bad input, each a 4xx in OpenAI's error shape while a good
 streamed request runs beside it unharmed; a prompt over the context (a 400, or response.failed
-when streamed); and /metrics counting the requests per API."""
+when streamed); a client that leaves mid-stream (its slot freed); and /metrics counting the
+requests per API."""
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +17,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
 from server_harness import BIN, SHARED, Server, check  # noqa: E402
+from test_hostile import metrics, wait_for  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL = os.path.join(SHARED, "models", "tiny-qwen35")
@@ -121,6 +124,22 @@ def context_exceeded(server):
     return 2
 
 
+def disconnect(server):
+    """A client that leaves mid-stream frees its slot within moments, as in chat completions."""
+    generated = metrics(server)["ellm:generation_tokens_total"]
+    body = json.dumps({"input": "Tell a story.", "stream": True, "max_output_tokens": 1500, "ignore_eos": True,
+                       "reasoning": {"effort": "none"}}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    check(b"event: response.created" in sock.recv(65536), "the stream opens with response.created")
+    wait_for("tokens to flow", lambda: metrics(server)["ellm:generation_tokens_total"] > generated + 50, 30)
+    sock.close()
+    wait_for("the slot to free", lambda: metrics(server)["ellm:num_requests_running"] == 0, 5)
+    check(metrics(server)["ellm:generation_tokens_total"] < generated + 1500, "the request was cancelled, not finished")
+    return 1
+
+
 def requests_total(server, api):
     status, text = server.get("/metrics")
     match = re.search(r'^ellm:requests_total\{[^}]*api="' + api + r'"[^}]*\} (\d+)$', text, re.M)
@@ -143,7 +162,7 @@ def main():
         check(requests_total(server, "responses") == 6, "six Responses requests counted")
     with Server(MODEL, *TEMPLATE, sequence_length=2048) as server:
         node(server.base, "structured")
-        counted = 3 + bad_inputs(server) + context_exceeded(server)
+        counted = 3 + bad_inputs(server) + context_exceeded(server) + disconnect(server)
         check(requests_total(server, "responses") == counted, f"{counted} Responses requests counted")
         check(requests_total(server, "chat_completions") == 0, "no chat completions counted")
     print("ok")
