@@ -65,6 +65,9 @@ def coder_call(name, arguments):
 
 
 def write_config(home, base, catalog=None):
+    # No sandbox: the test is about the API, and Codex's Linux sandbox needs kernel features
+    # (Landlock, seccomp) a CI container may lack. Nothing reaches the network: no update
+    # check, no analytics, no web search.
     lines = [
         'model = "tiny-qwen35"', 'model_provider = "ellm"', 'approval_policy = "never"',
         'sandbox_mode = "danger-full-access"', "check_for_update_on_startup = false", 'web_search = "disabled"',
