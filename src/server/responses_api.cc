@@ -43,6 +43,36 @@ void context_exceeded(httplib::Response& res, const ResponsesMeta& meta, bool st
 
 }  // namespace
 
+// The model as Codex's model catalog describes one (`models`, read from /models, or saved as a
+// file for its model_catalog_json setting): the context, the tools it is offered (the shell
+// through exec_command, apply_patch as a freeform tool) and reasoning levels.
+json Server::Impl::codex_model_info() const {
+  json levels = json::array();
+  for (const char* effort : {"none", "low", "medium", "high"})
+    levels.push_back({{"effort", effort}, {"description", std::string("reasoning effort ") + effort}});
+  return {{"slug", options.model_name},
+          {"display_name", options.model_name},
+          {"description", "served by ellm from " + options.model_path},
+          {"default_reasoning_level", "medium"},
+          {"supported_reasoning_levels", levels},
+          {"shell_type", "unified_exec"},
+          {"visibility", "list"},
+          {"supported_in_api", true},
+          {"priority", 0},
+          {"upgrade", nullptr},
+          {"base_instructions", "You are a coding agent running on the user's machine. Use the tools to inspect and change "
+                                "files and run commands; keep answers short."},
+          {"supports_reasoning_summaries", false},
+          {"support_verbosity", false},
+          {"default_verbosity", nullptr},
+          {"apply_patch_tool_type", "freeform"},
+          {"truncation_policy", {{"mode", "tokens"}, {"limit", 10000}}},
+          {"supports_parallel_tool_calls", true},
+          {"context_window", sequence_length},
+          {"experimental_supported_tools", json::array()},
+          {"input_modalities", json::array({"text"})}};
+}
+
 void Server::Impl::responses(const httplib::Request& req, httplib::Response& res) {
   ResponsesRequest request = parse_responses_request(parse_body(req.body), engine.default_sampling(), chat_template.source());
   ChatRequest& chat = request.chat;

@@ -137,36 +137,6 @@ void Server::Impl::check_model_name(const std::string& requested) const {
     throw ApiError(404, "not_found_error", "the model '" + requested + "' does not exist; this server serves '" + options.model_name + "'", "model");
 }
 
-// The model as Codex's model catalog describes one (`models`, read from /models, or saved as a
-// file for its model_catalog_json setting): the context, the tools it is offered (the shell
-// through exec_command, apply_patch as a freeform tool) and reasoning levels.
-json Server::Impl::codex_model_info() const {
-  json levels = json::array();
-  for (const char* effort : {"none", "low", "medium", "high"})
-    levels.push_back({{"effort", effort}, {"description", std::string("reasoning effort ") + effort}});
-  return {{"slug", options.model_name},
-          {"display_name", options.model_name},
-          {"description", "served by ellm from " + options.model_path},
-          {"default_reasoning_level", "medium"},
-          {"supported_reasoning_levels", levels},
-          {"shell_type", "unified_exec"},
-          {"visibility", "list"},
-          {"supported_in_api", true},
-          {"priority", 0},
-          {"upgrade", nullptr},
-          {"base_instructions", "You are a coding agent running on the user's machine. Use the tools to inspect and change "
-                                "files and run commands; keep answers short."},
-          {"supports_reasoning_summaries", false},
-          {"support_verbosity", false},
-          {"default_verbosity", nullptr},
-          {"apply_patch_tool_type", "freeform"},
-          {"truncation_policy", {{"mode", "tokens"}, {"limit", 10000}}},
-          {"supports_parallel_tool_calls", true},
-          {"context_window", sequence_length},
-          {"experimental_supported_tools", json::array()},
-          {"input_modalities", json::array({"text"})}};
-}
-
 void Server::Impl::models(const httplib::Request&, httplib::Response& res) {
   json model = {{"id", options.model_name},
                 {"object", "model"},
