@@ -148,7 +148,10 @@ def requests_total(server, api):
 
 
 def main():
-    check(os.path.isdir(os.path.join(HERE, "node_modules", "openai")), "run `npm install` in tests/e2e first")
+    if not os.path.isdir(os.path.join(HERE, "node_modules", "openai")):
+        run = subprocess.run(["npm", "install", "--no-audit", "--no-fund"], cwd=HERE, capture_output=True, text=True,
+                             timeout=600)
+        check(run.returncode == 0, f"npm install failed: {run.stderr[-2000:]}")
     end = "<|im_end|>"
     scripts = ["Let me greet them.\n</think>\n\nHello there." + end] * 2 + [
         "The user wants the weather.\n</think>\n\n" + call("get_weather", {"city": "Paris"}) + end,
