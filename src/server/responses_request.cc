@@ -21,6 +21,12 @@ const json* field(const json& body, const char* name) {
   return &*it;
 }
 
+// A string field, or `fallback` when it is absent or not a string.
+std::string string_or(const json& object, const char* name, const std::string& fallback) {
+  const json* v = field(object, name);
+  return v && v->is_string() ? v->get<std::string>() : fallback;
+}
+
 std::string string_of(const json& object, const char* name, const std::string& where, const std::string& param) {
   const json* v = field(object, name);
   if (!v || !v->is_string()) bad(where + " needs a string '" + name + "'", param);
@@ -194,7 +200,7 @@ void add_tool(const json& tool, const std::string& where, ResponsesRequest& r, j
     std::string about = "The raw text input, not JSON.";
     if (const json* format = field(tool, "format"); format && format->is_object())
       if (const json* definition = field(*format, "definition"); definition && definition->is_string())
-        about += " It follows this " + format->value("syntax", std::string("grammar")) + " grammar:\n" + definition->get<std::string>();
+        about += " It follows this " + string_or(*format, "syntax", "grammar") + " grammar:\n" + definition->get<std::string>();
     json parameters = {{"type", "object"},
                        {"properties", {{kCustomToolArgument, {{"type", "string"}, {"description", about}}}}},
                        {"required", {kCustomToolArgument}}};
@@ -216,7 +222,7 @@ void add_tool(const json& tool, const std::string& where, ResponsesRequest& r, j
 json chat_tool_choice(const json& choice) {
   if (choice.is_string()) return choice;
   if (choice.is_object() && choice.contains("name") && choice["name"].is_string() &&
-      (choice.value("type", "") == "function" || choice.value("type", "") == "custom"))
+      (string_or(choice, "type", "") == "function" || string_or(choice, "type", "") == "custom"))
     return {{"type", "function"}, {"function", {{"name", choice["name"]}}}};
   bad("'tool_choice' must be auto, none, required, or {\"type\": \"function\" or \"custom\", \"name\": ...}", "tool_choice");
 }
@@ -226,9 +232,11 @@ json response_format(const json& text) {
   const json* format = field(text, "format");
   if (!format) return nullptr;
   if (!format->is_object()) bad("'text.format' must be an object", "text.format");
-  const std::string type = format->value("type", "");
+  const std::string type = string_or(*format, "type", "");
+  if (type != "text" && type != "json_object" && type != "json_schema")
+    bad("'text.format.type' must be text, json_object or json_schema", "text.format");
   if (type != "json_schema") return {{"type", type}};
-  json spec = {{"name", format->value("name", "response")}, {"schema", format->contains("schema") ? (*format)["schema"] : json(nullptr)}};
+  json spec = {{"name", string_or(*format, "name", "response")}, {"schema", format->contains("schema") ? (*format)["schema"] : json(nullptr)}};
   if (format->contains("strict")) spec["strict"] = (*format)["strict"];
   return {{"type", "json_schema"}, {"json_schema", std::move(spec)}};
 }

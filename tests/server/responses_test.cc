@@ -74,6 +74,15 @@ TEST(ResponsesRequest, BadInputNamesTheField) {
   EXPECT_EQ(refusal(R"({"input": "hi", "max_output_tokens": 0})").param, "max_output_tokens");
   EXPECT_EQ(refusal(R"({"input": "hi", "text": {"format": {"type": "json_schema", "schema": 5}}})").param, "text.format");
   EXPECT_EQ(refusal(R"({"input": [{"type": "message", "role": "user"}]})").param, "input");
+  // Fields of the wrong type are refusals too, never a server error.
+  EXPECT_EQ(refusal(R"({"input": "hi", "text": {"format": {"type": 5}}})").param, "text.format");
+  EXPECT_EQ(refusal(R"({"input": "hi", "tool_choice": {"type": 5, "name": "f"}})").param, "tool_choice");
+  EXPECT_EQ(refusal(R"({"input": "hi", "tools": [{"type": "custom", "name": "c", "format": {"syntax": 1}}], "stream": 3})").param, "stream");
+  EXPECT_EQ(refusal(R"({"input": [{"type": "function_call", "call_id": 1, "name": "f", "arguments": "{}"}]})").param, "input");
+  EXPECT_EQ(refusal(R"({"input": [{"role": "user", "content": [{"type": "input_text", "text": null}]}]})").param, "input");
+  EXPECT_EQ(refusal(R"({"input": "hi", "reasoning": {"effort": 3}})").param, "reasoning.effort");
+  EXPECT_EQ(refusal(R"({"input": "hi", "instructions": ["x"]})").param, "instructions");
+  EXPECT_EQ(refusal(R"({"input": {"role": "user"}})").param, "input");
 }
 
 StreamEvent piece(std::string text, int ids = 1) {
