@@ -78,7 +78,7 @@ void Server::Impl::responses(const httplib::Request& req, httplib::Response& res
   ChatRequest& chat = request.chat;
   check_model_name(chat.model);
   ResponsesMeta meta{random_id("resp_"), options.model_name, unix_time(), json(request.echo), request.custom_tools,
-                     request.tool_namespaces};
+                     request.tool_namespaces, chat.logprobs, [this](int32_t id) { return engine.token_text(id); }};
   const std::string prompt = prepare_chat(chat);
   const int64_t n_prompt = int64_t(chat.generate.prompt.size());
   if (n_prompt >= sequence_length)

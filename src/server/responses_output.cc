@@ -60,7 +60,7 @@ json ResponsesOutput::item_json(const Item& item) const {
   }
   if (item.kind == "message") {
     json content = json::array();
-    if (item.done) content.push_back({{"type", "output_text"}, {"text", item.text}, {"annotations", json::array()}, {"logprobs", json::array()}});
+    if (item.done) content.push_back({{"type", "output_text"}, {"text", item.text}, {"annotations", json::array()}, {"logprobs", item.logprobs}});
     return {{"id", item.id}, {"type", "message"}, {"status", status}, {"role", "assistant"}, {"content", content}};
   }
   json call = {{"id", item.id}, {"status", status}, {"call_id", item.call_id}, {"name", item.name}};
@@ -104,7 +104,7 @@ void ResponsesOutput::close(std::vector<json>& out) {
     out.push_back(event("response.reasoning_text.done", with({{"content_index", 0}, {"text", it.text}})));
     out.push_back(event("response.content_part.done", with({{"content_index", 0}, {"part", item["content"][0]}})));
   } else if (it.kind == "message") {
-    out.push_back(event("response.output_text.done", with({{"content_index", 0}, {"text", it.text}, {"logprobs", json::array()}})));
+    out.push_back(event("response.output_text.done", with({{"content_index", 0}, {"text", it.text}, {"logprobs", it.logprobs}})));
     out.push_back(event("response.content_part.done", with({{"content_index", 0}, {"part", item["content"][0]}})));
   } else if (item["type"] == "custom_tool_call") {
     // The raw text is known once the call's JSON is whole: it goes out in one delta.
@@ -116,7 +116,7 @@ void ResponsesOutput::close(std::vector<json>& out) {
   out.push_back(event("response.output_item.done", {{"output_index", index}, {"item", std::move(item)}}));
 }
 
-void ResponsesOutput::add_text(std::vector<json>& out, const char* kind, const std::string& text) {
+void ResponsesOutput::add_text(std::vector<json>& out, const char* kind, const std::string& text, const json& logprobs) {
   if (text.empty()) return;
   const bool reasoning = std::string_view(kind) == "reasoning";
   if (items_.empty() || items_.back().done || items_.back().kind != kind) {
@@ -127,9 +127,10 @@ void ResponsesOutput::add_text(std::vector<json>& out, const char* kind, const s
   }
   Item& it = items_.back();
   it.text += text;
+  for (const json& lp : logprobs) it.logprobs.push_back(lp);
   out.push_back(event(reasoning ? "response.reasoning_text.delta" : "response.output_text.delta",
                       {{"item_id", it.id}, {"output_index", int64_t(items_.size()) - 1}, {"content_index", 0},
-                       {"delta", text}, {"logprobs", json::array()}}));
+                       {"delta", text}, {"logprobs", logprobs}}));
   if (reasoning) out.back().erase("logprobs");
 }
 
@@ -166,7 +167,10 @@ std::vector<json> ResponsesOutput::on_event(const StreamEvent& e) {
   if (!answered_ && !delta.tool_calls.empty()) answered_ = true;
   if (!answered_) reasoning_tokens_ += int64_t(e.ids.size());
   add_text(out, "reasoning", delta.reasoning);
-  add_text(out, "message", delta.content);
+  // The event's tokens go with the message text it completes (OpenAI reports logprobs of
+  // output_text only); an event that ends the reasoning and starts the text counts as text.
+  add_text(out, "message", delta.content,
+           meta_.logprobs && !e.logprobs.empty() ? chat_logprob_entries(e.logprobs, meta_.token_text) : json::array());
   for (const ToolCallDelta& t : delta.tool_calls) add_call(out, t);
   if (!e.finished) return out;
 

@@ -5,6 +5,7 @@
 // function_call or custom_tool_call per call, each opened (output_item.added), grown by its
 // deltas and closed (output_item.done) with the whole item. Streaming and not run the same code.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -24,6 +25,8 @@ struct ResponsesMeta {
   nlohmann::json echo;  // request fields the response object repeats
   std::set<std::string> custom_tools;
   std::map<std::string, std::string> tool_namespaces;
+  bool logprobs = false;  // output_text parts carry the logprobs of their tokens
+  std::function<std::string(int32_t)> token_text;
 };
 
 class ResponsesOutput {
@@ -47,6 +50,7 @@ class ResponsesOutput {
     std::string kind;  // reasoning, message, call
     std::string id, text;      // text: the reasoning, the message text, or the call's arguments
     std::string call_id, name;
+    nlohmann::json logprobs = nlohmann::json::array();  // a message's tokens
     int call_index = -1;
     bool done = false;
   };
@@ -54,7 +58,8 @@ class ResponsesOutput {
   nlohmann::json event(const char* type, nlohmann::json fields);
   void open(std::vector<nlohmann::json>& out, Item item);
   void close(std::vector<nlohmann::json>& out);
-  void add_text(std::vector<nlohmann::json>& out, const char* kind, const std::string& text);
+  void add_text(std::vector<nlohmann::json>& out, const char* kind, const std::string& text,
+                const nlohmann::json& logprobs = nlohmann::json::array());
   void add_call(std::vector<nlohmann::json>& out, const ToolCallDelta& delta);
   nlohmann::json item_json(const Item& item) const;
   std::string status() const;

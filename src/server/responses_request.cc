@@ -1,5 +1,6 @@
 #include "server/responses_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 
@@ -311,6 +312,17 @@ ResponsesRequest parse_responses_request(const json& body, const SamplingParams&
   if (const json* choice = field(body, "tool_choice")) chat["tool_choice"] = chat_tool_choice(*choice);
   if (const json* text = field(body, "text"))
     if (json format = response_format(*text); !format.is_null()) chat["response_format"] = std::move(format);
+  // Logprobs of the message text: top_logprobs alternatives, or include's output_text logprobs.
+  if (const json* include = field(body, "include")) {
+    if (!include->is_array() || !std::all_of(include->begin(), include->end(), [](const json& x) { return x.is_string(); }))
+      bad("'include' must be a list of strings", "include");
+    for (const json& x : *include)
+      if (x == "message.output_text.logprobs") chat["logprobs"] = true;
+  }
+  if (const json* top = field(body, "top_logprobs")) {
+    chat["logprobs"] = true;
+    chat["top_logprobs"] = *top;
+  }
   json kwargs = json::object(), reasoning_echo = nullptr;
   if (const json* reasoning = field(body, "reasoning")) reasoning_switch(*reasoning, template_source, kwargs, reasoning_echo);
   if (!kwargs.empty()) chat["chat_template_kwargs"] = kwargs;

@@ -123,6 +123,13 @@ async function structured() {
     check(typeof value.city === "string" && Number.isInteger(value.days) && Object.keys(value).length === 2,
       `json_schema output ${textOf(r)}`);
   }
+  // Logprobs of the message text, with the asked-for alternatives.
+  const scored = await client.responses.create({ ...params, top_logprobs: 2, include: ["message.output_text.logprobs"] });
+  const part = scored.output.find((i) => i.type === "message").content[0];
+  check(part.logprobs.length >= 1 && part.logprobs.length <= scored.usage.output_tokens &&
+        part.logprobs.every((l) => typeof l.logprob === "number" && l.top_logprobs.length === 2),
+        `logprobs: ${part.logprobs.length} for ${scored.usage.output_tokens} tokens`);
+
   // tool_choice "required": the grammar forces a call of a declared function.
   const forced = await streamed({
     model, input: "Weather?", tool_choice: "required",

@@ -1,8 +1,8 @@
 """POST /v1/responses (the OpenAI Responses API) on the hybrid tiny-qwen35 with the Qwen3.6
 template, through the official `openai` npm client (tests/e2e/responses_client.mjs): create and
 stream with reasoning, a function-call round trip and a custom (freeform) tool round trip with
-scripted model turns, the follow-ups served from the session cache; text.format json_schema and a
-forced call on random weights. Then bad input, each a 4xx in OpenAI's error shape while a good
+scripted model turns, the follow-ups served from the session cache; text.format json_schema,
+logprobs and a forced call on random weights. Then bad input, each a 4xx in OpenAI's error shape while a good
 streamed request runs beside it unharmed; a prompt over the context (a 400, or response.failed
 when streamed); a client that leaves mid-stream (its slot freed); and /metrics counting the
 requests per API."""
@@ -132,7 +132,12 @@ def disconnect(server):
     sock = socket.create_connection(("127.0.0.1", server.port))
     sock.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    check(b"event: response.created" in sock.recv(65536), "the stream opens with response.created")
+    sock.settimeout(30)
+    received = b""
+    while b"event: response.created" not in received:
+        more = sock.recv(65536)
+        check(more, f"the stream opens with response.created: {received!r}")
+        received += more
     wait_for("tokens to flow", lambda: metrics(server)["ellm:generation_tokens_total"] > generated + 50, 30)
     sock.close()
     wait_for("the slot to free", lambda: metrics(server)["ellm:num_requests_running"] == 0, 5)
@@ -165,7 +170,7 @@ def main():
         check(requests_total(server, "responses") == 6, "six Responses requests counted")
     with Server(MODEL, *TEMPLATE, sequence_length=2048) as server:
         node(server.base, "structured")
-        counted = 3 + bad_inputs(server) + context_exceeded(server) + disconnect(server)
+        counted = 4 + bad_inputs(server) + context_exceeded(server) + disconnect(server)
         check(requests_total(server, "responses") == counted, f"{counted} Responses requests counted")
         check(requests_total(server, "chat_completions") == 0, "no chat completions counted")
     print("ok")

@@ -46,6 +46,11 @@ TEST(ResponsesRequest, ItemsBecomeTheChatMessagesOfOneConversation) {
   EXPECT_EQ(m[5]["role"], "user");  // a late system message stays in place
   EXPECT_EQ(r.chat.template_kwargs["enable_thinking"], false);
   EXPECT_EQ(r.chat.generate.max_tokens, 7);
+  EXPECT_FALSE(r.chat.logprobs);
+  ResponsesRequest with = parse(R"({"input": "hi", "top_logprobs": 3})");
+  EXPECT_TRUE(with.chat.logprobs);
+  EXPECT_EQ(with.chat.generate.sampling.top_logprobs, 3);
+  EXPECT_TRUE(parse(R"({"input": "hi", "include": ["message.output_text.logprobs"]})").chat.logprobs);
 }
 
 TEST(ResponsesRequest, ToolKinds) {
@@ -101,8 +106,9 @@ StreamEvent end(int64_t completion) {
   return e;
 }
 
-ResponsesOutput make_output(bool stream_calls) {
-  ResponsesMeta meta{"resp_1", "tiny", 1, nlohmann::json::object(), {"apply_patch"}, {}};
+ResponsesOutput make_output(bool stream_calls, bool logprobs = false) {
+  ResponsesMeta meta{"resp_1", "tiny", 1, nlohmann::json::object(), {"apply_patch"}, {}, logprobs,
+                     [](int32_t id) { return "t" + std::to_string(id); }};
   nlohmann::json tools = nlohmann::json::parse(R"([
       {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
       {"type": "function", "function": {"name": "apply_patch", "parameters": {"type": "object", "properties": {"input": {"type": "string"}}}}}])");
@@ -155,6 +161,29 @@ TEST(ResponsesOutput, DeltasAddUpToTheItemsHoweverTheTextIsSplit) {
     if (whole.is_null()) whole = r;
     EXPECT_EQ(r, whole) << "split every " << step;
   }
+}
+
+TEST(ResponsesOutput, MessageTextCarriesItsTokensLogprobs) {
+  ResponsesOutput out = make_output(true, /*logprobs=*/true);
+  auto with_logprobs = [](std::string text, std::vector<int32_t> ids) {
+    StreamEvent e = piece(std::move(text), 0);
+    e.ids = ids;
+    for (int32_t id : ids) e.logprobs.push_back({id, -0.5f, {{id, -0.5f}, {id + 1, -1.5f}}});
+    return e;
+  };
+  out.on_event(with_logprobs("Hmm.\n</think>\n\n", {1, 2}));  // the reasoning's tokens are not the text's
+  std::vector<nlohmann::json> events = out.on_event(with_logprobs("Hi", {3}));
+  for (auto& e : out.on_event(with_logprobs(" there", {4, 5}))) events.push_back(std::move(e));
+  out.on_event(end(5));
+  size_t streamed = 0;
+  for (const auto& e : events)
+    if (e["type"] == "response.output_text.delta") streamed += e["logprobs"].size();
+  const nlohmann::json part = out.response()["output"][1]["content"][0];
+  EXPECT_EQ(part["text"], "Hi there");
+  ASSERT_EQ(part["logprobs"].size(), 3u);
+  EXPECT_EQ(streamed, 3u);
+  EXPECT_EQ(part["logprobs"][0]["token"], "t3");
+  EXPECT_EQ(part["logprobs"][0]["top_logprobs"].size(), 2u);
 }
 
 TEST(ResponsesOutput, LengthIsIncompleteAndFailureIsFailed) {
