@@ -1,5 +1,5 @@
-// Fuzzes the HTTP request body parsers: arbitrary bytes as a chat, a completions and an Anthropic
-// Messages body
+// Fuzzes the HTTP request body parsers: arbitrary bytes as a chat, a completions, an Anthropic
+// Messages and a Responses body
 // must give a clean ApiError with a 4xx status (or an Error), never a crash, a hang or unbounded
 // recursion.
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "server/anthropic_request.h"
 #include "server/api_request.h"
+#include "server/responses_request.h"
 
 namespace {
 
@@ -36,6 +37,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                      },
                      +[](const nlohmann::ordered_json& j, const ellm::SamplingParams& d) {
                        ellm::parse_messages_request(j, d);
+                     },
+                     +[](const nlohmann::ordered_json& j, const ellm::SamplingParams& d) {
+                       ellm::parse_responses_request(j, d, "reasoning_effort");
                      }}) {
     try {
       parse(json, defaults);

@@ -43,7 +43,8 @@ json byte_list(const std::string& s) {
   return bytes;
 }
 
-// Chat form: {"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}
+}  // namespace
+
 json chat_logprob_entries(const std::vector<TokenLogprob>& lps, const TokenText& token_text) {
   json entries = json::array();
   for (const TokenLogprob& lp : lps) {
@@ -57,6 +58,8 @@ json chat_logprob_entries(const std::vector<TokenLogprob>& lps, const TokenText&
   }
   return entries;
 }
+
+namespace {
 
 // stream_options.continuous_usage_stats: each chunk that has no usage yet gets the counts so far.
 void add_running_usage(std::vector<json>& chunks, const ResponseMeta& meta, int64_t completion_tokens) {

@@ -24,6 +24,9 @@ int64_t unix_time();
 
 // Text of one token for logprobs (special tokens included).
 using TokenText = std::function<std::string(int32_t)>;
+// The chat form of logprobs, as the Responses API's output_text logprobs too:
+// [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}].
+nlohmann::json chat_logprob_entries(const std::vector<TokenLogprob>& lps, const TokenText& token_text);
 
 struct ResponseMeta {
   std::string id, model;

@@ -9,6 +9,7 @@
 #include "grammar/token_mask.h"
 #include "server/anthropic_response.h"
 #include "server/api_response.h"
+#include "server/responses_output.h"
 #include "server/server_impl.h"
 #include "text/chat_template.h"
 
@@ -397,5 +398,9 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
 template void Server::Impl::respond<MessagesOutput>(std::vector<std::shared_ptr<RequestStream>>,
                                                     std::vector<std::shared_ptr<MessagesOutput>>, bool, bool,
                                                     httplib::Response&, const SseDialect&);
+// The Responses API's streams (responses_api.cc) are served by the same loop.
+template void Server::Impl::respond<ResponsesOutput>(std::vector<std::shared_ptr<RequestStream>>,
+                                                     std::vector<std::shared_ptr<ResponsesOutput>>, bool, bool,
+                                                     httplib::Response&, const SseDialect&);
 
 }  // namespace ellm

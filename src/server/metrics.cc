@@ -124,7 +124,8 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, co
   // Requests per API, whatever their status: the generation routes' responses summed.
   static const std::pair<const char*, const char*> kApis[] = {
       {"chat_completions", "/v1/chat/completions"}, {"completions", "/v1/completions"},
-      {"messages", "/v1/messages"}, {"messages_count_tokens", "/v1/messages/count_tokens"}};
+      {"messages", "/v1/messages"}, {"messages_count_tokens", "/v1/messages/count_tokens"},
+      {"responses", "/v1/responses"}};
   out << "# HELP ellm:requests_total Requests by API (any status).\n# TYPE ellm:requests_total counter\n";
   const auto responses = http.snapshot();
   for (const auto& [api, route] : kApis) {

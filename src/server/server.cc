@@ -41,7 +41,7 @@ namespace {
 constexpr std::chrono::milliseconds kListenerLinger{500};
 
 const char* route_label(const std::string& path) {
-  static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
+  static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/models", "/health",
                                 "/metrics", "/tokenize", "/detokenize", "/v1/messages",
                                 "/v1/messages/count_tokens"};
   for (const char* k : known)
@@ -113,6 +113,7 @@ Server::Impl::Impl(Engine& engine, const ChatTemplate& chat_template, ServerOpti
   };
   http.Post("/v1/chat/completions", guarded(&Impl::chat_completions));
   http.Post("/v1/completions", guarded(&Impl::completions));
+  http.Post("/v1/responses", guarded(&Impl::responses));
   http.Get("/v1/models", guarded(&Impl::models));
   http.Post("/tokenize", guarded(&Impl::tokenize));
   http.Post("/detokenize", guarded(&Impl::detokenize));
@@ -153,7 +154,7 @@ void Server::Impl::models(const httplib::Request&, httplib::Response& res) {
                 {"root", options.model_path},
                 {"parent", nullptr},
                 {"max_model_len", sequence_length}};
-  send_json(res, 200, {{"object", "list"}, {"data", json::array({model})}});
+  send_json(res, 200, {{"object", "list"}, {"data", json::array({model})}, {"models", json::array({codex_model_info()})}});
 }
 
 // vLLM shapes: {"prompt": text} or {"messages": [...]} -> {"count", "max_model_len", "tokens", "token_strs"}.

