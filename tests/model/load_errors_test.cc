@@ -277,6 +277,19 @@ TEST(Qwen4ExpLoad, Fp8TableScaleAndShardDtypes) {
   }
 }
 
+TEST(Qwen4ExpLoad, FusedFp8ExpertsAreRefused) {
+  BrokenQwen4Exp m;
+  const std::string fused = "model.language_model.layers.0.mlp.experts.gate_up_proj";
+  m.edit_header([&](nlohmann::ordered_json& h) {  // the same bytes read as E4M3
+    h.erase("__metadata__");  // room for the longer dtype
+    h[fused]["dtype"] = "F8_E4M3";
+    h[fused]["shape"] = {8, 128, 64};
+  });
+  EXPECT_EQ(load_error(m.dir.path), m.file() + ": '" + fused + "' is F8_E4M3: FP8 experts are read one tensor "
+                                                "each (experts.N.gate_proj.weight ...), as Qwen's FP8 "
+                                                "checkpoints store them, not fused");
+}
+
 TEST(ModelForward, RejectsTokensOutsideTheVocabularyAndPositionsBeyondTheSequence) {
   test::ScratchDir dir;
   ModelConfig config = test::small_dense_config();
