@@ -1,4 +1,5 @@
-// Fuzzes the HTTP request body parsers: arbitrary bytes as a chat and as a completions body
+// Fuzzes the HTTP request body parsers: arbitrary bytes as a chat, a completions and an Anthropic
+// Messages body
 // must give a clean ApiError with a 4xx status (or an Error), never a crash, a hang or unbounded
 // recursion.
 #include <cstdint>
@@ -6,6 +7,7 @@
 
 #include "base/error.h"
 #include "engine/engine.h"
+#include "server/anthropic_request.h"
 #include "server/api_request.h"
 
 namespace {
@@ -31,6 +33,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                      },
                      +[](const nlohmann::ordered_json& j, const ellm::SamplingParams& d) {
                        ellm::parse_completion_request(j, d);
+                     },
+                     +[](const nlohmann::ordered_json& j, const ellm::SamplingParams& d) {
+                       ellm::parse_messages_request(j, d);
                      }}) {
     try {
       parse(json, defaults);

@@ -176,6 +176,7 @@ struct Bench {
     model.release_kv(0, 0);
     if (then_decode) commit_kv(0, length + then_decode);
     auto tokens = sequence(0, 0, length);
+    const MappedTableStatus table_before = model.mapped_table();
     totals.reset();
     double seconds = run(tokens);
     json row = {{"kind", "prefill"},
@@ -185,7 +186,20 @@ struct Bench {
                 {"ttft_s", seconds}};
     row.update(profile_json(seconds));
     add_expert_figures(row, double(length), 1);
+    add_table_figures(row, table_before);
     return row;
+  }
+
+  // A table read in place (the n-gram table): its resident share after the run, and the page
+  // faults its gathers took per token during it.
+  void add_table_figures(json& row, const MappedTableStatus& before) {
+    if (before.bytes == 0) return;
+    const MappedTableStatus after = model.mapped_table();
+    const double tokens = double(std::max<uint64_t>(1, after.gathered_tokens - before.gathered_tokens));
+    row["table_bytes"] = after.bytes;
+    row["table_resident_share"] = double(after.resident_bytes) / double(after.bytes);
+    row["table_major_faults_per_token"] = double(after.major_faults - before.major_faults) / tokens;
+    row["table_minor_faults_per_token"] = double(after.minor_faults - before.minor_faults) / tokens;
   }
 
   // The machine's read bandwidth now. It swings by tens of percent within seconds in a VM with
@@ -457,6 +471,7 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--busy", busy, "also measure decode with another process busy on one core");
   app.add_option("--json", json_path, "also write the JSON lines to this file");
   add_quantize_option(app);
+  add_mlock_table_option(app);
   std::string activations = "auto";
   app.add_option("--activations", activations,
                  "inputs of INT4 products, comma-separated to run each: bf16, int8, auto (int8 "
@@ -495,6 +510,7 @@ int cmd_bench(int argc, char** argv) {
   for (int64_t b : batch_list) limits.batch_size = std::max(limits.batch_size, b);
   limits.chunk_size = longest;
   limits.threads = threads;
+  limits.lock_mapped_table = mlock_table_requested(app);
   // Its own team and buffer, made before the model takes the memory.
   ThreadTeam probe_team(threads, /*pin=*/true, /*adaptive=*/false);
   ReadBandwidthProbe probe(probe_team, read_probe_bytes());
@@ -603,6 +619,18 @@ int cmd_bench(int argc, char** argv) {
         row["context_filled_by"] = wanted || !zeros ? "prefill" : "zeros";
         emit_run(row);
       }
+    }
+    // A table read in place: a prefill with the table warm, then with its pages dropped from
+    // memory (as after a restart or under memory pressure).
+    if (model->mapped_table().bytes > 0) {
+      const int64_t length = std::find(lengths.begin(), lengths.end(), 2048) != lengths.end() ? 2048 : lengths.front();
+      const json warm = bench.prefill(length);
+      model->evict_mapped_table();
+      json cold = bench.prefill(length);
+      cold["kind"] = "prefill_cold_table";
+      cold["warm_tokens_per_s"] = warm["tokens_per_s"];
+      cold["cold_seconds_over_warm"] = double(cold["seconds"]) / double(warm["seconds"]);
+      emit_run(cold);
     }
   }
   print_table(rows, machine);

@@ -118,6 +118,14 @@ void add_quantize_option(CLI::App& app) {
       ->default_str("none");
 }
 
+void add_mlock_table_option(CLI::App& app) {
+  app.add_flag("--mlock-table")
+      ->description("pin the n-gram table of Qwen3.8-Flash-Next in RAM (mlock: read whole at load; needs the "
+                    "RAM and a locked-memory limit that allows it)");
+}
+
+bool mlock_table_requested(const CLI::App& app) { return app.get_option("--mlock-table")->count() > 0; }
+
 namespace {
 
 bool quantize_requested(const CLI::App& app, const char* kind) {

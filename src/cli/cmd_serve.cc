@@ -118,6 +118,7 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--kv-memory", kv_memory, "KV cache budget, e.g. 8G (default: what RAM allows)");
   add_quantize_option(app);
   add_activations_option(app);
+  add_mlock_table_option(app);
   app.add_option("--chat-template", chat_template_file, "Jinja file replacing the model's chat template");
   app.add_option("--tool-call-parser", tool_parser, "hermes, qwen3_coder or none (default: from the template)");
   app.add_option("--max-body-size", max_body, "largest request body, e.g. 8M")->capture_default_str();
@@ -212,6 +213,7 @@ int cmd_serve(int argc, char** argv) {
   limits.quantize_fp8 = quantize_fp8_requested(app);
   limits.quantize_int4 = quantize_int4_requested(app);
   limits.activations = activations_requested(app);
+  limits.lock_mapped_table = mlock_table_requested(app);
   const Proposer proposer = parse_proposer(speculative, "serve --speculative");
   if (num_speculative_tokens < 0) num_speculative_tokens = proposer == Proposer::none ? 0 : 4;
   limits.speculative_tokens = num_speculative_tokens;

@@ -14,6 +14,8 @@ enum class ActivationDtype;  // model/model.h
 // --quantize none|fp8|int4 (serve, bench, logits, generate; cmd_model.cc): BF16 linear weights
 // to FP8 or INT4 at load. quantize_fp8_requested(app) after parsing: whether fp8 was asked for.
 void add_quantize_option(CLI::App& app);
+void add_mlock_table_option(CLI::App& app);
+bool mlock_table_requested(const CLI::App& app);
 bool quantize_fp8_requested(const CLI::App& app);
 bool quantize_int4_requested(const CLI::App& app);
 // --activations auto|bf16|int8 (serve, logits, generate; cmd_model.cc): the inputs of INT4

@@ -189,7 +189,11 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
   return stream;
 }
 
-EngineMetrics Engine::metrics() const { return impl_->scheduler.metrics(); }
+EngineMetrics Engine::metrics() const {
+  EngineMetrics m = impl_->scheduler.metrics();
+  m.mapped_table = impl_->model->mapped_table();  // beside a pass: counters and mincore only
+  return m;
+}
 std::vector<SessionInfo> Engine::list_sessions() { return impl_->scheduler.list_sessions(); }
 int64_t Engine::drop_sessions() { return impl_->scheduler.drop_sessions(); }
 void Engine::shutdown(std::chrono::steady_clock::time_point deadline) { impl_->scheduler.shutdown(deadline); }

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "model/load/mapped_table.h"
 #include "engine/request.h"
 #include "engine/session_store.h"
 #include "engine/proposer.h"
@@ -114,6 +115,7 @@ struct EngineMetrics {
     double propose_seconds = 0;
   };
   Speculative speculative[int(Proposer::count)];
+  MappedTableStatus mapped_table;  // a table the model reads in place (Qwen3.8-Flash-Next's n-gram table)
 };
 
 class Engine {

@@ -76,6 +76,7 @@ struct StreamEvent {
   bool finished = false;
   FinishReason finish_reason = FinishReason::stop;  // when finished
   std::string error;                 // message when finish_reason is error
+  std::string stop_sequence;         // when finished: the stop string that ended it, if one did
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // set when finished
 };
 

@@ -18,7 +18,9 @@ namespace ellm {
 namespace {
 
 constexpr char kMagic[8] = {'E', 'L', 'L', 'M', 'K', 'V', 'S', 'N'};
-constexpr uint32_t kVersion = 2;
+// 3: a slot's state may carry sliding windows of token rows (Qwen3.8-Flash-Next's n-gram module)
+// and KV rows per-position values beside K and V (its indexer keys); 2: recurrent states; 1: KV.
+constexpr uint32_t kVersion = 3;
 
 struct Header {
   char magic[8];

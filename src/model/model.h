@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "model/load/mapped_table.h"
+
 namespace ellm {
 
 struct ModelConfig;  // model/config.h
@@ -48,6 +50,7 @@ struct ServingLimits {
   // multi-token-prediction head (Qwen3.5+ `mtp.*`) to draft them.
   int64_t speculative_tokens = 0;
   bool mtp = false;
+  bool lock_mapped_table = false;  // --mlock-table: pin a table read in place (the n-gram table)
 };
 
 // One token of a pass. Tokens of the same slot appear in order with consecutive positions;
@@ -156,6 +159,11 @@ class Model {
   virtual void set_profile_sink(ProfileSink* sink) {}
   // The thread team its passes run on, for a model loaded to share it (load's share_threads).
   virtual std::shared_ptr<ThreadTeam> thread_team() const { return nullptr; }
+  // A table read in place from the checkpoint's mapping (Qwen3.8-Flash-Next's n-gram table):
+  // its size, resident share and the page faults its gathers take; safe beside a pass.
+  virtual MappedTableStatus mapped_table() const { return {}; }
+  // Its pages dropped from memory: the next pass reads a cold table (the benchmark).
+  virtual void evict_mapped_table() {}
 
  protected:
   [[noreturn]] static void fail_no_mtp();

@@ -271,6 +271,12 @@ ChatRequest parse_chat_request(const json& body, const SamplingParams& defaults)
     if (!kwargs->is_object()) throw_bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
     r.template_kwargs = *kwargs;
   }
+  // As vLLM does: the template's own variable (Qwen3.8's: low, medium, xhigh); a value the
+  // template refuses is its error, a 400.
+  if (const json* effort = field(body, "reasoning_effort"); effort && !effort->is_null()) {
+    if (!effort->is_string()) throw_bad_request("'reasoning_effort' must be a string", "reasoning_effort");
+    if (!r.template_kwargs.contains("reasoning_effort")) r.template_kwargs["reasoning_effort"] = *effort;
+  }
 
   // Chat: logprobs is a bool, top_logprobs the number of alternatives.
   if (auto v = bool_field(body, "logprobs")) r.logprobs = *v;

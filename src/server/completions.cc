@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "grammar/token_mask.h"
+#include "server/anthropic_response.h"
 #include "server/api_response.h"
 #include "server/server_impl.h"
 #include "text/chat_template.h"
@@ -14,6 +15,9 @@
 namespace ellm {
 
 using nlohmann::json;
+
+const SseDialect kOpenAiSse{sse_data, [](const ApiError& e) { return sse_data(error_json(e)) + "data: [DONE]\n\n"; },
+                            ": keep-alive\n\n", "data: [DONE]\n\n"};
 
 std::shared_ptr<RequestStream> Server::Impl::submit(GenerateRequest request) {
   try {
@@ -142,7 +146,7 @@ void add_usage(nlohmann::json& total, const nlohmann::json& usage) {
 template <class Output>
 void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
                            std::vector<std::shared_ptr<Output>> outputs, bool streaming, bool include_usage,
-                           httplib::Response& res) {
+                           httplib::Response& res, const SseDialect& dialect) {
   using Clock = std::chrono::steady_clock;
   constexpr int kPollMs = 100;
   // Counts this request until the last holder (handler or provider) lets go. Not copyable: a
@@ -208,16 +212,22 @@ void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
     std::vector<std::optional<StreamEvent>> backlog;  // taken from a stream, not yet sent
     json usage;                                       // n > 1: the choices' usage, summed
     Clock::time_point last_write = Clock::now();
+    bool started = false;
   };
   auto progress = std::make_shared<Progress>();
   progress->backlog.resize(n);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, streams, outputs, progress, guard, n, include_usage, wait_ms, cancel_all, all_finished](
+      [this, streams, outputs, progress, guard, n, include_usage, wait_ms, cancel_all, all_finished, dialect](
           size_t, httplib::DataSink& sink) {
         if (past_grace()) cancel_all();
         std::string out;
+        if (!progress->started) {  // written at once, before a long prefill ends
+          progress->started = true;
+          if constexpr (requires { outputs[0]->on_start(); })
+            for (const json& event : outputs[0]->on_start()) out += dialect.event(event);
+        }
         // Drain what is ready (one write for a burst of tokens), a bounded amount per call.
         for (bool any = true; any && out.size() < kBytesPerWrite;) {
           any = false;
@@ -229,8 +239,7 @@ void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
             any = true;
             StreamEvent event = take_piece(backlog);
             if (event.finished && event.finish_reason == FinishReason::error) {
-              out += sse_data(error_json(ApiError(500, "internal_server_error", "generation failed: " + event.error)));
-              out += "data: [DONE]\n\n";
+              out += dialect.error(ApiError(500, "internal_server_error", "generation failed: " + event.error));
               cancel_all();
               sink.write(out.data(), out.size());
               sink.done();
@@ -242,7 +251,7 @@ void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
                 continue;
               }
               if (n > 1) index_choices(chunk, i);
-              out += sse_data(chunk);
+              out += dialect.event(chunk);
             }
           }
         }
@@ -254,10 +263,10 @@ void Server::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams,
           chunk.erase("usage");
           chunk["choices"] = json::array();
           chunk["usage"] = progress->usage;
-          out += sse_data(chunk);
+          out += dialect.event(chunk);
         }
-        if (done) out += "data: [DONE]\n\n";
-        else if (out.empty() && Clock::now() - progress->last_write > std::chrono::seconds(1)) out = ": keep-alive\n\n";
+        if (done) out += dialect.done;
+        else if (out.empty() && Clock::now() - progress->last_write > std::chrono::seconds(1)) out = dialect.keep_alive;
         if (!out.empty()) {
           if (!sink.write(out.data(), out.size())) {
             cancel_all();
@@ -284,13 +293,9 @@ int64_t Server::Impl::history_end(const std::vector<int32_t>& ids, const std::st
   return int64_t(ids.size() - tail.size());
 }
 
-void Server::Impl::chat_completions(const httplib::Request& req, httplib::Response& res) {
-  ChatRequest request = parse_chat_request(parse_body(req.body), engine.default_sampling());
-  check_model_name(request.model);
-
-  // As vLLM: the template always sees the tools. tool_choice "none" turns off parsing and bans
-  // the tool-call token; "required" and a named function are enforced by the grammar.
-  const bool parse_tools = !request.tools.empty() && request.tool_choice != "none";
+// As vLLM: the template always sees the tools. tool_choice "none" turns off parsing and bans
+// the tool-call token; "required" and a named function are enforced by the grammar.
+std::string Server::Impl::prepare_chat(ChatRequest& request) const {
   nlohmann::ordered_json tools = request.tools.empty() ? nlohmann::ordered_json(nullptr) : request.tools;
   std::string prompt = chat_template.render(request.messages, tools,
                                             /*add_generation_prompt=*/true, request.template_kwargs);
@@ -299,21 +304,33 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
     request.generate.history_end = history_end(request.generate.prompt, prompt,
                                                chat_template.render(request.messages, tools, false, request.template_kwargs));
   request.generate.constraint = chat_constraint(request, options.tool_call_format, options.parse_reasoning, prompt);
+  return prompt;
+}
+
+std::unique_ptr<OutputParser> Server::Impl::chat_parser(const ChatRequest& request, const std::string& prompt) const {
+  const bool parse_tools = !request.tools.empty() && request.tool_choice != "none";
+  auto parser = std::make_unique<OutputParser>(parse_tools ? options.tool_call_format : ToolCallFormat::none,
+                                               options.parse_reasoning, prompt_opens_reasoning(prompt),
+                                               json(request.tools.empty() ? nlohmann::ordered_json(nullptr) : request.tools));
+  // Forced calls stream in the whole reply too: the grammar keeps them valid, and one cut by
+  // max_tokens stays a call. Free output streams only for a stream, where a call that then
+  // goes wrong keeps what went out; a whole reply keeps such text as content.
   const bool forced_calls = request.tool_choice != "auto" && request.tool_choice != "none";
+  if (forced_calls || request.stream) parser->stream_tool_calls();
+  return parser;
+}
+
+void Server::Impl::chat_completions(const httplib::Request& req, httplib::Response& res) {
+  ChatRequest request = parse_chat_request(parse_body(req.body), engine.default_sampling());
+  check_model_name(request.model);
+  const std::string prompt = prepare_chat(request);
 
   ResponseMeta meta{random_id("chatcmpl-"), options.model_name, unix_time(), request.include_usage, request.logprobs, request.stream};
   meta.continuous_usage = request.stream && request.continuous_usage;
   meta.prompt_tokens = static_cast<int64_t>(request.generate.prompt.size());
   std::vector<std::shared_ptr<ChatOutput>> outputs;
-  for (int i = 0; i < request.n; ++i) {
-    auto parser = std::make_unique<OutputParser>(parse_tools ? options.tool_call_format : ToolCallFormat::none,
-                                                 options.parse_reasoning, prompt_opens_reasoning(prompt), json(tools));
-    // Forced calls stream in the whole reply too: the grammar keeps them valid, and one cut by
-    // max_tokens stays a call. Free output streams only for a stream, where a call that then
-    // goes wrong keeps what went out; a whole reply keeps such text as content.
-    if (forced_calls || request.stream) parser->stream_tool_calls();
-    outputs.push_back(std::make_shared<ChatOutput>(meta, std::move(parser), [this](int32_t id) { return engine.token_text(id); }));
-  }
+  for (int i = 0; i < request.n; ++i)
+    outputs.push_back(std::make_shared<ChatOutput>(meta, chat_parser(request, prompt), [this](int32_t id) { return engine.token_text(id); }));
   respond(submit_choices(request.generate, request.n), std::move(outputs), request.stream, request.include_usage, res);
 }
 
@@ -334,5 +351,10 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
     outputs.push_back(std::make_shared<TextOutput>(meta, echo, [this](int32_t id) { return engine.token_text(id); }));
   respond(submit_choices(request.generate, request.n), std::move(outputs), request.stream, request.include_usage, res);
 }
+
+// The Messages API's streams (messages.cc) are served by the same loop.
+template void Server::Impl::respond<MessagesOutput>(std::vector<std::shared_ptr<RequestStream>>,
+                                                    std::vector<std::shared_ptr<MessagesOutput>>, bool, bool,
+                                                    httplib::Response&, const SseDialect&);
 
 }  // namespace ellm

@@ -66,6 +66,17 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, co
   scalar("ellm:requests_finished_total", "counter", "Requests finished (any reason).", m.requests_finished_total);
   scalar("ellm:kv_cache_resident_bytes", "gauge", "KV cache memory committed in RAM.", static_cast<double>(m.kv_resident_bytes));
   scalar("ellm:kv_cache_budget_bytes", "gauge", "KV cache memory budget (--kv-memory).", static_cast<double>(m.kv_budget_bytes));
+  if (const MappedTableStatus& t = m.mapped_table; t.bytes > 0) {
+    scalar("ellm:mapped_table_bytes", "gauge", "Size of the table read in place from the checkpoint (the n-gram table).", double(t.bytes));
+    scalar("ellm:mapped_table_resident_bytes", "gauge", "Its bytes resident in RAM (page cache, or pinned by --mlock-table).", double(t.resident_bytes));
+    scalar("ellm:mapped_table_gathered_tokens_total", "counter", "Tokens whose table rows were gathered.", double(t.gathered_tokens));
+    out << "# HELP ellm:mapped_table_page_faults_total Page faults taken while gathering table rows (major: read from disk).\n"
+        << "# TYPE ellm:mapped_table_page_faults_total counter\n"
+        << "ellm:mapped_table_page_faults_total{" << label << ",kind=\"major\"} " << number(double(t.major_faults)) << '\n'
+        << "ellm:mapped_table_page_faults_total{" << label << ",kind=\"minor\"} " << number(double(t.minor_faults)) << '\n';
+    scalar("ellm:mapped_table_page_faults_per_token", "gauge", "Page faults per gathered token since start (major and minor).",
+           t.gathered_tokens ? double(t.major_faults + t.minor_faults) / double(t.gathered_tokens) : 0.0);
+  }
   const std::pair<const char*, const SessionTierMetrics*> tiers[] = {
       {"hot", &m.sessions.hot}, {"ram", &m.sessions.ram}, {"disk", &m.sessions.disk}};
   auto per_tier = [&](const char* name, const char* type, const char* help, auto field) {
@@ -109,6 +120,19 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, co
       << "# TYPE ellm:http_responses_total counter\n";
   for (const auto& [key, count] : http.snapshot())
     out << "ellm:http_responses_total{route=\"" << escape_label(key.first) << "\",status=\"" << key.second << '"' << replica_label << "} " << count << '\n';
+
+  // Requests per API, whatever their status: the generation routes' responses summed.
+  static const std::pair<const char*, const char*> kApis[] = {
+      {"chat_completions", "/v1/chat/completions"}, {"completions", "/v1/completions"},
+      {"messages", "/v1/messages"}, {"messages_count_tokens", "/v1/messages/count_tokens"}};
+  out << "# HELP ellm:requests_total Requests by API (any status).\n# TYPE ellm:requests_total counter\n";
+  const auto responses = http.snapshot();
+  for (const auto& [api, route] : kApis) {
+    int64_t total = 0;
+    for (const auto& [key, count] : responses)
+      if (key.first == route) total += count;
+    out << "ellm:requests_total{" << label << ",api=\"" << api << "\"} " << total << '\n';
+  }
   return out.str();
 }
 

@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "server/anthropic_response.h"
 #include "server/api_response.h"
 #include "server/server_impl.h"
 #include "text/chat_template.h"
@@ -29,7 +30,10 @@ void send_json(httplib::Response& res, int status, const json& body) {
   res.set_content(json_text(body), "application/json");
 }
 
-void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, error_json(e)); }
+void send_error(httplib::Response& res, const ApiError& e, const std::string& path) {
+  const bool anthropic = path.starts_with("/v1/messages");
+  send_json(res, e.status, anthropic ? anthropic_error_json(e) : error_json(e));
+}
 
 namespace {
 
@@ -38,7 +42,8 @@ constexpr std::chrono::milliseconds kListenerLinger{500};
 
 const char* route_label(const std::string& path) {
   static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
-                                "/metrics", "/tokenize", "/detokenize"};
+                                "/metrics", "/tokenize", "/detokenize", "/v1/messages",
+                                "/v1/messages/count_tokens"};
   for (const char* k : known)
     if (path == k) return k;
   return "other";
@@ -57,13 +62,15 @@ Server::Impl::Impl(Engine& engine, const ChatTemplate& chat_template, ServerOpti
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     // Which replica answered, on every response (set before routing, so errors carry it too).
     if (!options.replica_id.empty()) res.set_header("X-Ellm-Replica", options.replica_id);
+    // A Bearer token (OpenAI clients) or x-api-key (Anthropic clients).
     if (!options.api_key.empty() && needs_auth(req.path) &&
-        req.get_header_value("Authorization") != "Bearer " + options.api_key) {
-      send_error(res, ApiError(401, "authentication_error", "invalid or missing API key (send 'Authorization: Bearer <key>')"));
+        req.get_header_value("Authorization") != "Bearer " + options.api_key &&
+        req.get_header_value("x-api-key") != options.api_key) {
+      send_error(res, ApiError(401, "authentication_error", "invalid or missing API key (send 'Authorization: Bearer <key>' or 'x-api-key: <key>')"), req.path);
       return httplib::Server::HandlerResponse::Handled;
     }
     if (draining.load() && req.path != "/health" && req.path != "/metrics") {
-      send_error(res, ApiError(503, "service_unavailable", "the server is shutting down"));
+      send_error(res, ApiError(503, "service_unavailable", "the server is shutting down"), req.path);
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -75,10 +82,10 @@ Server::Impl::Impl(Engine& engine, const ChatTemplate& chat_template, ServerOpti
                           : res.status == 413 ? "request body is larger than the server's limit (--max-body-size)"
                           : res.status == 405 ? "method not allowed"
                                               : "bad request";
-    send_error(res, ApiError(res.status, res.status == 404 ? "not_found_error" : "invalid_request_error", message));
+    send_error(res, ApiError(res.status, res.status == 404 ? "not_found_error" : "invalid_request_error", message), req.path);
     return httplib::Server::HandlerResponse::Handled;
   }));
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string message = "internal error";
     try {
       std::rethrow_exception(ep);
@@ -86,7 +93,7 @@ Server::Impl::Impl(Engine& engine, const ChatTemplate& chat_template, ServerOpti
       message = std::string("internal error: ") + e.what();
     } catch (...) {
     }
-    send_error(res, ApiError(500, "internal_server_error", message));
+    send_error(res, ApiError(500, "internal_server_error", message), req.path);
   });
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     counters.count(route_label(req.path), res.status);
@@ -98,9 +105,9 @@ Server::Impl::Impl(Engine& engine, const ChatTemplate& chat_template, ServerOpti
       try {
         (this->*route)(req, res);
       } catch (const ApiError& e) {
-        send_error(res, e);
+        send_error(res, e, req.path);
       } catch (const Error& e) {
-        send_error(res, ApiError(400, "invalid_request_error", e.what()));
+        send_error(res, ApiError(400, "invalid_request_error", e.what()), req.path);
       }
     };
   };
@@ -109,6 +116,8 @@ Server::Impl::Impl(Engine& engine, const ChatTemplate& chat_template, ServerOpti
   http.Get("/v1/models", guarded(&Impl::models));
   http.Post("/tokenize", guarded(&Impl::tokenize));
   http.Post("/detokenize", guarded(&Impl::detokenize));
+  http.Post("/v1/messages", guarded(&Impl::messages));
+  http.Post("/v1/messages/count_tokens", guarded(&Impl::count_tokens));
   // Admin: the cached sessions of every tier, and dropping them (behind the API key, as /v1).
   http.Get("/v1/sessions", [this](const httplib::Request&, httplib::Response& res) {
     json data = json::array();

@@ -1,6 +1,6 @@
 #pragma once
-// Server internals shared by server.cc (routing, lifecycle, small routes) and completions.cc
-// (chat and text completions, streaming and not).
+// Server internals shared by server.cc (routing, lifecycle, small routes), completions.cc
+// (chat and text completions, streaming and not) and messages.cc (the Anthropic Messages API).
 #include <atomic>
 #include <chrono>
 #include <httplib.h>
@@ -13,6 +13,18 @@
 
 namespace ellm {
 
+class OutputParser;
+
+// How a stream is written: OpenAI's `data:` lines ending in [DONE] and comment keep-alives, or
+// the Anthropic Messages API's named events (`event: <type>`) and pings.
+struct SseDialect {
+  std::string (*event)(const nlohmann::json& chunk);
+  std::string (*error)(const ApiError& e);
+  const char* keep_alive;
+  const char* done;
+};
+extern const SseDialect kOpenAiSse;
+
 struct Server::Impl {
   Impl(Engine& engine, const ChatTemplate& chat_template, ServerOptions options);
 
@@ -22,19 +34,27 @@ struct Server::Impl {
   void models(const httplib::Request& req, httplib::Response& res);
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
+  void messages(const httplib::Request& req, httplib::Response& res);
+  void count_tokens(const httplib::Request& req, httplib::Response& res);
 
   // Shared steps of a generation request.
   void check_model_name(const std::string& requested) const;
   int64_t history_end(const std::vector<int32_t>& ids, const std::string& prompt, const std::string& history) const;
+  // A chat request's prompt, rendered into request.generate (ids, history end, constraint);
+  // returns the text. Chat completions and the Messages API both start here.
+  std::string prepare_chat(ChatRequest& request) const;
+  // The parser of a chat reply: reasoning, and tool calls unless tool_choice is none.
+  std::unique_ptr<OutputParser> chat_parser(const ChatRequest& request, const std::string& prompt) const;
   std::shared_ptr<RequestStream> submit(GenerateRequest request);
   // n choices of one prompt: n requests, choice i seeded with seed + i when a seed is given. The
   // engine prefills the prompt once and copies it to the others (a prefill in flight is waited
   // for). All or none are submitted.
   std::vector<std::shared_ptr<RequestStream>> submit_choices(const GenerateRequest& request, int n);
-  // Serves one generation: Output is ChatOutput or TextOutput.
+  // Serves one generation: Output is ChatOutput, TextOutput or MessagesOutput (whose on_start()
+  // events are written as soon as the stream starts).
   template <class Output>
   void respond(std::vector<std::shared_ptr<RequestStream>> streams, std::vector<std::shared_ptr<Output>> outputs,
-               bool streaming, bool include_usage, httplib::Response& res);
+               bool streaming, bool include_usage, httplib::Response& res, const SseDialect& dialect = kOpenAiSse);
   bool past_grace() const;  // shutting down and the grace period is over: cancel
 
   Engine& engine;
@@ -52,6 +72,8 @@ struct Server::Impl {
 std::string sse_data(const nlohmann::json& j);
 std::string json_text(const nlohmann::json& j);
 void send_json(httplib::Response& res, int status, const nlohmann::json& body);
-void send_error(httplib::Response& res, const ApiError& e);
+// The error body in the shape of the API the path belongs to (OpenAI's, or Anthropic's for
+// /v1/messages).
+void send_error(httplib::Response& res, const ApiError& e, const std::string& path = "");
 
 }  // namespace ellm

@@ -70,7 +70,7 @@ class RecordingProxy(ThreadingHTTPServer):
 class ForwardHandler(BaseHTTPRequestHandler):
     def forward(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
+        headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization", "x-api-key")}
         request = urllib.request.Request(self.server.upstream + self.path, data=body or None, method=self.command,
                                          headers=headers)
         try:

@@ -277,6 +277,8 @@ TEST(EngineScheduler, StopStringsEndGenerationAndAreNotEmitted) {
   EXPECT_EQ(out.end.finish_reason, FinishReason::stop);
   EXPECT_EQ(out.text, free_run.text.substr(0, first));
   EXPECT_EQ(out.text.find(stop), std::string::npos);
+  EXPECT_EQ(out.end.stop_sequence, stop);  // which one ended it (the Messages API reports it)
+  EXPECT_EQ(free_run.end.stop_sequence, "");
 }
 
 TEST(EngineScheduler, StopTokenIdsAndEos) {

@@ -451,15 +451,16 @@ TEST(SessionFile, RoundTripAndPrefixRestore) {
   EXPECT_NE(why.find("corrupt state"), std::string::npos) << why;
   EXPECT_TRUE(read_session_state(path, id, n, state.data(), why)) << why;
 
-  // A file of the previous format (version 1) is skipped, saying so.
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    const uint32_t version = 1;
-    f.seekp(8);
-    f.write(reinterpret_cast<const char*>(&version), 4);
+  // Files of the previous formats (versions 1 and 2) are skipped, saying so.
+  for (const uint32_t version : {1u, 2u}) {
+    {
+      std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(8);
+      f.write(reinterpret_cast<const char*>(&version), 4);
+    }
+    EXPECT_FALSE(read_session_info(path, id, why));
+    EXPECT_NE(why.find("another version (" + std::to_string(version) + ")"), std::string::npos) << why;
   }
-  EXPECT_FALSE(read_session_info(path, id, why));
-  EXPECT_NE(why.find("another version (1)"), std::string::npos) << why;
   fs::remove_all(dir);
 }
 

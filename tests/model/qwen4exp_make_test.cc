@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -122,15 +123,18 @@ TEST(Qwen4ExpMakeModel, TinyPresetInBf16AndFp8LoadsAndAgrees) {
 struct LoadedTable {
   SafetensorsStore store;
   TensorLoader loader;
-  NgramEmbeddingWeights weights;
+  std::unique_ptr<NgramEmbeddingWeights> owned;
+  const NgramEmbeddingWeights& weights;
   LoadedTable(const std::string& dir, const Qwen4ExpShape& shape)
-      : store(SafetensorsStore::open(dir)), loader(store, {}, active_isa(), false, false, false, {}) {
+      : store(SafetensorsStore::open(dir)), loader(store, {}, active_isa(), false, false, false, {}),
+        owned(load(loader, shape)), weights(*owned) {}
+  static std::unique_ptr<NgramEmbeddingWeights> load(TensorLoader& loader, const Qwen4ExpShape& shape) {
     const ModelConfig& c = shape.config;
     const Qwen4ExpConfig& x = shape.extra;
     const NgramEmbeddingSpec spec{c.hidden_size, x.hc_count, x.ple_embed_dim, x.ngram_size, x.heads_per_ngram,
                                   x.ple_conv_kernel_size, c.vocab_size, x.ngram_vocab_size_base,
                                   x.ngram_vocab_divisor, x.seed, 0, x.eos, 1e-6f};
-    weights = load_ngram_embedding(loader, "model.language_model.layers.1.ple.", spec, x.split_ngram_parts);
+    return load_ngram_embedding(loader, "model.language_model.layers.1.ple.", spec, x.split_ngram_parts);
   }
   std::vector<float> row(int64_t r, int64_t D) const {
     int64_t k = 0;
@@ -154,7 +158,7 @@ TEST(Qwen4ExpMakeModel, Fp8TableIsTheBf16TableQuantised) {
   EXPECT_EQ(bf16.weights.table_dtype, Dtype::bf16);
   EXPECT_EQ(fp8.weights.table_dtype, Dtype::f8_e4m3);
   EXPECT_EQ(fp8.weights.table_scale, qwen4exp_table_scale());
-  EXPECT_EQ(fp8.weights.table_bytes * 2, bf16.weights.table_bytes);
+  EXPECT_EQ(fp8.weights.table.bytes() * 2, bf16.weights.table.bytes());
   const int64_t D = tiny.extra.ple_embed_dim / (tiny.extra.heads_per_ngram * (tiny.extra.ngram_size - 1));
   double largest_error = 0, largest_value = 0;
   for (int64_t r = 0; r < fp8.weights.shard_start.back(); r += 7) {

@@ -137,6 +137,55 @@ TEST_F(Qwen4Exp, LoadErrorsAreOneLine) {
          "they count from 1");
 }
 
+// The n-gram table stays in the checkpoint's mapping: its size is the shards' bytes, each token
+// gathered is counted with its page faults, a table dropped from memory reads back the same
+// rows, and --mlock-table pins it whole (or says why it cannot).
+TEST_F(Qwen4Exp, TableIsReadInPlaceCountedEvictedAndPinned) {
+  test::Golden golden(kModel);
+  const std::vector<std::vector<int32_t>> prompt = {golden.feeds.front()};
+  ASSERT_GE(prompt.front().size(), 16u);  // a prompt's rows are read ahead and gathered in parallel
+  auto model = Model::load(test::shared_model(kModel), limits());
+  const MappedTableStatus loaded = model->mapped_table();
+  const nlohmann::json config = nlohmann::json::parse(test::read_text(test::shared_model(kModel) + "/config.json"));
+  const nlohmann::json& text = config["text_config"];
+  const size_t heads = (text["ngram_size"].get<size_t>() - 1) * text["heads_per_ngram"].get<size_t>();
+  EXPECT_EQ(loaded.bytes, size_t(4096) * (text["ple_embed_dim"].get<size_t>() / heads) * 2);  // 4096 BF16 rows
+  EXPECT_EQ(loaded.gathered_tokens, 0u);
+  EXPECT_FALSE(loaded.locked);
+
+  const std::vector<float> warm = feed(*model, prompt);
+  const MappedTableStatus after = model->mapped_table();
+  EXPECT_EQ(after.gathered_tokens, prompt.front().size());
+  EXPECT_GT(after.resident_bytes, 0u);
+  EXPECT_LE(after.resident_bytes, after.bytes);
+
+  const ServingLimits one_slot = limits();
+  auto fresh = Model::load(test::shared_model(kModel), one_slot);
+  fresh->evict_mapped_table();
+  EXPECT_EQ(feed(*fresh, prompt), warm) << "rows read back after an eviction differ";
+  const std::vector<std::vector<int32_t>> one_by_one = [&] {
+    std::vector<std::vector<int32_t>> steps;
+    for (int32_t id : prompt.front()) steps.push_back({id});
+    return steps;
+  }();
+  auto stepped = Model::load(test::shared_model(kModel), one_slot);
+  feed(*stepped, one_by_one);  // decode's path: gathered on the calling thread, no read-ahead
+  EXPECT_EQ(stepped->mapped_table().gathered_tokens, prompt.front().size());
+
+  ServingLimits pinned = limits();
+  pinned.lock_mapped_table = true;
+  try {
+    auto locked = Model::load(test::shared_model(kModel), pinned);
+    const MappedTableStatus s = locked->mapped_table();
+    EXPECT_TRUE(s.locked);
+    EXPECT_EQ(s.resident_bytes, s.bytes);
+  } catch (const Error& e) {  // a locked-memory limit too small for the table
+    const std::string message = e.what();
+    EXPECT_NE(message.find("--mlock-table"), std::string::npos) << message;
+    EXPECT_NE(message.find("ulimit -l"), std::string::npos) << message;
+  }
+}
+
 // Both model_type names load; groups of more than 15 speculative tokens are refused, as for
 // Qwen3.5 (speculative_test.cc checks the rollback).
 TEST_F(Qwen4Exp, ModelTypesAndSpeculativeTokens) {

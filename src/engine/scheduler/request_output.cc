@@ -111,6 +111,7 @@ StreamEvent RequestOutput::end(const ActiveRequest& request, FinishReason reason
   event.prompt_tokens = request.prompt_len;
   event.completion_tokens = request.generated;
   event.cached_tokens = request.cached;
+  if (request.stop.stopped()) event.stop_sequence = request.stop.matched();
   observe(metrics_.e2e_latency, seconds_between(request.submitted, Clock::now()));
   ++metrics_.requests_finished_total;
   return event;

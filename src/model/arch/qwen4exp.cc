@@ -1,6 +1,7 @@
 #include "model/arch/qwen4exp.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -193,8 +194,8 @@ Qwen4ExpModel::Qwen4ExpModel(const std::string& model_dir, const ModelConfig& co
       if (ple_index_[l] >= 0) {
         NgramEmbeddingSpec spec = ple_spec_;
         spec.module_index = ple_index_[l];
-        m.ple.push_back(std::make_unique<NgramEmbeddingWeights>(
-            load_ngram_embedding(load, p + "ple.", spec, x.split_ngram_parts)));
+        m.ple.push_back(load_ngram_embedding(load, p + "ple.", spec, x.split_ngram_parts));
+        if (limits_.lock_mapped_table) m.ple.back()->table.lock();
         L.ple = m.ple.back().get();
       }
       L.attn_hc = load_hyper_connection(load, p + "attn_hyper_connection.", hc_spec_, true);
@@ -292,11 +293,31 @@ void Qwen4ExpModel::for_each_matrix(const MatrixFn& fn) {
 }
 
 void Qwen4ExpModel::describe(std::string& line) const {
-  size_t table = 0;
-  for (const auto& p : weights_.ple) table += p->table_bytes;
+  const MappedTableStatus table = mapped_table();
+  char resident[32];
+  std::snprintf(resident, sizeof resident, "%.1f%%", table.bytes ? 100.0 * double(table.resident_bytes) / double(table.bytes) : 0.0);
   line += ", " + std::to_string(extra_.hc_count) + " residual streams, recurrent state " +
           format_bytes(double(state_bytes_per_slot())) + " per slot, n-gram table " +
-          format_bytes(double(table)) + " mapped";
+          format_bytes(double(table.bytes)) + " mapped (" + resident + " resident" +
+          (table.locked ? ", locked)" : ")");
+}
+
+MappedTableStatus Qwen4ExpModel::mapped_table() const {
+  MappedTableStatus total;
+  for (const auto& p : weights_.ple) {
+    const MappedTableStatus s = p->table.status();
+    total.bytes += s.bytes;
+    total.resident_bytes += s.resident_bytes;
+    total.locked = s.locked;
+    total.major_faults += s.major_faults;
+    total.minor_faults += s.minor_faults;
+    total.gathered_tokens = std::max(total.gathered_tokens, s.gathered_tokens);
+  }
+  return total;
+}
+
+void Qwen4ExpModel::evict_mapped_table() {
+  for (const auto& p : weights_.ple) p->table.evict();
 }
 
 // Bump the version whenever the KV rows' or the state's meaning changes. Per QSA layer: K, V

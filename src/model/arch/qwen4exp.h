@@ -71,6 +71,8 @@ class Qwen4ExpModel final : public Decoder {
   void plan(ActivationPlan& plan) override;
   void for_each_matrix(const MatrixFn& fn) override;
   void describe(std::string& load_line) const override;
+  MappedTableStatus mapped_table() const override;
+  void evict_mapped_table() override;
   void final_row(int64_t i, const float* x, float* out) override;
   // u = bf16 copy of the block input in normed_ (xn holds it in FP32).
   void block_input(const HyperConnectionWeights& hc, const PassRows& rows);

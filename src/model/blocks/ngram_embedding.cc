@@ -9,6 +9,9 @@
 namespace ellm {
 namespace {
 
+// From this many tokens on, a pass reads its rows ahead and gathers them on every member.
+constexpr int64_t kReadAheadTokens = 16;
+
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
@@ -89,10 +92,11 @@ NgramHash ngram_hash(const NgramEmbeddingSpec& s) {
   return h;
 }
 
-NgramEmbeddingWeights load_ngram_embedding(TensorLoader& load, const std::string& p,
-                                           const NgramEmbeddingSpec& s, int64_t shards) {
+std::unique_ptr<NgramEmbeddingWeights> load_ngram_embedding(TensorLoader& load, const std::string& p,
+                                                            const NgramEmbeddingSpec& s, int64_t shards) {
   const int64_t H = s.hidden, W = s.width(), E = s.embed_dim, D = s.row_dim();
-  NgramEmbeddingWeights w;
+  auto owned = std::make_unique<NgramEmbeddingWeights>();
+  NgramEmbeddingWeights& w = *owned;
   w.key_proj = load.matrix_f32(p + "key_proj.weight", W, E);
   w.value_proj = load.matrix_f32(p + "value_proj.weight", H, E);
   w.norm_key = load.vector_f32_plus_one(p + "norm_key.weight", W);
@@ -133,7 +137,7 @@ NgramEmbeddingWeights load_ngram_embedding(TensorLoader& load, const std::string
                                 store.get(first).dtype_name);
     w.shards.push_back(t->data);
     w.shard_start.push_back(w.shard_start.back() + t->shape[0]);
-    w.table_bytes += t->bytes;
+    w.table.add(t->data, t->bytes, *t->file);
   }
   w.row_bytes = size_t(D) * (w.table_dtype == Dtype::bf16 ? sizeof(bf16) : 1);
   if (w.table_dtype == Dtype::f8_e4m3) w.table_scale = table_scale(store, table + "weight_scale", first);
@@ -141,7 +145,7 @@ NgramEmbeddingWeights load_ngram_embedding(TensorLoader& load, const std::string
     fail(store.file_for(e + "ngram_embedding.shard_0.weight"),
          "the n-gram table's " + std::to_string(shards) + " shards hold " +
              std::to_string(w.shard_start.back()) + " rows, but the config gives " + std::to_string(w.hash.rows));
-  return w;
+  return owned;
 }
 
 void widen_table_row(const NgramEmbeddingWeights& w, const uint8_t* row, int64_t row_dim, float* out) {
@@ -155,6 +159,8 @@ void plan_ngram_embedding(ActivationPlan& plan, NgramEmbeddingBuffers& b, const 
                           size_t T, size_t slots) {
   plan.carve(b.context, slots * 8);
   plan.carve(b.seen, slots);
+  plan.carve(b.row_at, T * size_t(s.heads()));
+  plan.carve(b.pages, 2 * T * size_t(s.heads()));
   const size_t W = size_t(s.width());
   plan.carve(b.emb, T * size_t(s.embed_dim));
   plan.carve(b.key, T * W);
@@ -177,40 +183,53 @@ void ngram_embedding(BlockContext& ctx, const NgramEmbeddingSpec& s, const Ngram
   };
 
   // The hash context in token order: a slot's last ids from its window, then from its earlier
-  // rows in the pass; the heads' rows gathered.                         emb: [n][E]
-  ctx.profiler.time(Op::embed, 0, double(n * E * 2), [&] {
-    for (int64_t t = 0; t < n; ++t) b.seen[r.tokens[t].slot] = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      const BatchToken& token = r.tokens[t];
-      int32_t* previous = b.context + token.slot * 8;  // newest first
-      if (!b.seen[token.slot]) {
-        for (int64_t k = 0; k + 1 < N; ++k) previous[k] = id_of(slot_window(token.slot) + (rows - 1 - k) * F);
-        b.seen[token.slot] = 1;
-      }
-      int64_t ids[8];
-      ids[0] = token.token;
-      bool cut = false;
-      for (int64_t k = 1; k < N; ++k) {
-        cut = cut || token.position < k;
-        ids[k] = cut ? s.eos : previous[k - 1];
-        cut = cut || ids[k] == s.eos;  // nothing before an EOS counts
-      }
-      for (int64_t k = N - 2; k > 0; --k) previous[k] = previous[k - 1];
-      previous[0] = token.token;
+  // rows in the pass; each head's row located.                          row_at: [n][heads]
+  const int64_t heads = s.heads();
+  for (int64_t t = 0; t < n; ++t) b.seen[r.tokens[t].slot] = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const BatchToken& token = r.tokens[t];
+    int32_t* previous = b.context + token.slot * 8;  // newest first
+    if (!b.seen[token.slot]) {
+      for (int64_t k = 0; k + 1 < N; ++k) previous[k] = id_of(slot_window(token.slot) + (rows - 1 - k) * F);
+      b.seen[token.slot] = 1;
+    }
+    int64_t ids[8];
+    ids[0] = token.token;
+    bool cut = false;
+    for (int64_t k = 1; k < N; ++k) {
+      cut = cut || token.position < k;
+      ids[k] = cut ? s.eos : previous[k - 1];
+      cut = cut || ids[k] == s.eos;  // nothing before an EOS counts
+    }
+    for (int64_t k = N - 2; k > 0; --k) previous[k] = previous[k - 1];
+    previous[0] = token.token;
 
-      uint64_t mix = uint64_t(ids[0]) * uint64_t(w.hash.multipliers[0]);
-      for (int64_t k = 2; k <= N; ++k) {
-        mix ^= uint64_t(ids[k - 1]) * uint64_t(w.hash.multipliers[k - 1]);
-        for (int64_t j = 0; j < hpn; ++j) {
-          const int64_t head = (k - 2) * hpn + j;
-          const int64_t row = int64_t(mix % uint64_t(w.hash.sizes[head])) + w.hash.offsets[head];
-          const int64_t shard =
-              std::upper_bound(w.shard_start.begin(), w.shard_start.end(), row) - w.shard_start.begin() - 1;
-          widen_table_row(w, w.shards[shard] + size_t(row - w.shard_start[shard]) * w.row_bytes, D,
-                          b.emb + t * E + head * D);
-        }
+    uint64_t mix = uint64_t(ids[0]) * uint64_t(w.hash.multipliers[0]);
+    for (int64_t k = 2; k <= N; ++k) {
+      mix ^= uint64_t(ids[k - 1]) * uint64_t(w.hash.multipliers[k - 1]);
+      for (int64_t j = 0; j < hpn; ++j) {
+        const int64_t head = (k - 2) * hpn + j;
+        const int64_t row = int64_t(mix % uint64_t(w.hash.sizes[head])) + w.hash.offsets[head];
+        const int64_t shard =
+            std::upper_bound(w.shard_start.begin(), w.shard_start.end(), row) - w.shard_start.begin() - 1;
+        b.row_at[t * heads + head] = w.shards[shard] + size_t(row - w.shard_start[shard]) * w.row_bytes;
       }
     }
+  }
+
+  // The rows gathered, a prompt's read ahead first and split among the members, so that the
+  // page faults of a cold table overlap.                                 emb: [n][E]
+  ctx.profiler.time(Op::embed, 0, double(n * heads) * double(w.row_bytes), [&] {
+    auto gather = [&](int64_t begin, int64_t end) {
+      const FaultCounter faults;
+      for (int64_t t = begin; t < end; ++t)
+        for (int64_t head = 0; head < heads; ++head)
+          widen_table_row(w, b.row_at[t * heads + head], D, b.emb + (t * heads + head) * D);
+      faults.add_to(w.table, uint64_t(end - begin));
+    };
+    if (n < kReadAheadTokens) return gather(0, n);
+    w.table.read_ahead(b.row_at, size_t(n * heads), w.row_bytes, b.pages);
+    ctx.rows(n, gather);
   });
 
   // key, value; the gates against the normed streams; gv and its norm.

@@ -19,10 +19,12 @@
 // (taps - 1) dilation tokens (RecurrentShape::windows): each row holds a token's normed gv (the
 // conv's history) and its id (the hash context). All FP32, the same code on every tier.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/blocks/context.h"
+#include "model/load/mapped_table.h"
 #include "model/load/tensor_loader.h"
 #include "model/memory/sequence_memory.h"
 
@@ -65,8 +67,8 @@ struct NgramEmbeddingWeights {
   std::vector<int64_t> shard_start;  // [shards + 1]  the first table row of each
   Dtype table_dtype = Dtype::bf16;
   float table_scale = 1.0f;
-  size_t row_bytes = 0;  // a row's bytes in the shards
-  size_t table_bytes = 0;
+  size_t row_bytes = 0;              // a row's bytes in the shards
+  MappedTable table;                 // the shards' pages: residency, read-ahead, faults
 };
 
 // A table row (row_dim elements at `row`) as FP32 values, the same bits on every tier.
@@ -77,7 +79,7 @@ void widen_table_row(const NgramEmbeddingWeights& w, const uint8_t* row, int64_t
 // copied (E4M3 shards with the table's scale ple_embedding.ngram_embedding.weight_scale, one
 // value); the int64 buffers ple_embedding.{layer_multipliers, ngram_heads_vocab_sizes,
 // ngram_heads_offsets}, checked against the config's constants.
-NgramEmbeddingWeights load_ngram_embedding(TensorLoader& load, const std::string& prefix,
+std::unique_ptr<NgramEmbeddingWeights> load_ngram_embedding(TensorLoader& load, const std::string& prefix,
                                            const NgramEmbeddingSpec& spec, int64_t shards);
 
 struct NgramEmbeddingBuffers {
@@ -87,6 +89,8 @@ struct NgramEmbeddingBuffers {
   float* gated;  // [T][width]  gv
   float* normed; // [T][width]  the normed queries, then rmsnorm(gv)
   int32_t* context;  // [slots][8]  each slot's last token ids while a pass goes through its rows
+  const uint8_t** row_at;  // [T][heads]  each head's table row
+  uintptr_t* pages;        // [T][heads][2]  the pages to read ahead
   int32_t* seen;     // [slots]
 };
 
