@@ -52,7 +52,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 // slice of the fused tensor's values, so the BF16 and FP8 models agree), or the table's scale, or
 // the hash constants.
 struct Source {
-  enum Kind { random, fp8, fp8_factors, table_scale, int64 } kind = random;
+  enum Kind { random, fp8_factors, table_scale, int64 } kind = random;
   uint64_t seed = 0;
   int64_t first = 0;
   bool norm = false;
@@ -104,7 +104,6 @@ class Planner {
       planned_.push_back({{name, shape, dtype}, s});
       return;
     }
-    s.kind = Source::fp8;
     planned_.push_back({{name, shape, "F8_E4M3"}, s});
     s.kind = Source::fp8_factors;
     planned_.push_back({{name + "_scale_inv",
@@ -315,22 +314,30 @@ void write_random_qwen4exp(Qwen4ExpShape shape, const std::string& out_dir, uint
     const TensorSpec& spec = specs[t];
     const Source& s = plan[t].source;
     auto value = [&](int64_t e) { return random_element(s.seed, s.first + e, s.norm); };
-    for (int64_t i = 0, e = first; i < count; ++i, ++e) {
-      if (s.kind == Source::int64) {
-        std::memcpy(out + 8 * i, &s.values[size_t(e)], 8);
-      } else if (s.kind == Source::table_scale) {
-        std::memcpy(out + 4 * i, &scale, 4);
-      } else if (s.kind == Source::fp8_factors) {
-        const bf16 f = f32_to_bf16(factors_of(t - 1)[size_t(e)]);  // exact: rounded up to BF16 already
-        std::memcpy(out + 2 * i, &f, 2);
-      } else if (spec.dtype == "F8_E4M3") {
-        const float factor = is_table_shard(spec.name) ? scale : block_factor(factors_of(t), spec.shape[1], e);
-        out[i] = fp8_quantise(bf16_to_f32(value(e)), factor);
-      } else if (spec.dtype == "F32") {
-        const float f = bf16_to_f32(value(e));
-        std::memcpy(out + 4 * i, &f, 4);
-      } else {
-        const bf16 v = value(e);
+    if (s.kind == Source::int64) {
+      std::memcpy(out, s.values.data() + first, size_t(count) * 8);
+    } else if (s.kind == Source::table_scale) {
+      std::memcpy(out, &scale, 4);
+    } else if (s.kind == Source::fp8_factors) {
+      const std::vector<float>& f = factors_of(t - 1);
+      for (int64_t i = 0; i < count; ++i) {
+        const bf16 v = f32_to_bf16(f[size_t(first + i)]);  // exact: rounded up to BF16 already
+        std::memcpy(out + 2 * i, &v, 2);
+      }
+    } else if (spec.dtype == "F8_E4M3" && is_table_shard(spec.name)) {
+      for (int64_t i = 0; i < count; ++i) out[i] = fp8_quantise(bf16_to_f32(value(first + i)), scale);
+    } else if (spec.dtype == "F8_E4M3") {
+      const std::vector<float>& f = factors_of(t);
+      for (int64_t i = 0; i < count; ++i)
+        out[i] = fp8_quantise(bf16_to_f32(value(first + i)), block_factor(f, spec.shape[1], first + i));
+    } else if (spec.dtype == "F32") {
+      for (int64_t i = 0; i < count; ++i) {
+        const float v = bf16_to_f32(value(first + i));
+        std::memcpy(out + 4 * i, &v, 4);
+      }
+    } else {
+      for (int64_t i = 0; i < count; ++i) {
+        const bf16 v = value(first + i);
         std::memcpy(out + 2 * i, &v, 2);
       }
     }

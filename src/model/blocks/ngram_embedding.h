@@ -15,9 +15,10 @@
 //              depthwise, `taps` taps `dilation` (= n) tokens apart, no bias)
 //   X_s      = X_s + gv_s + c_s
 // The table stays in the mapped checkpoint (its shards, in order, as one table of BF16 rows, or
-// of E4M3 rows with one scale for the whole table); a token reads its heads' rows only. Per slot the module keeps a sliding window of the last
-// (taps - 1) dilation tokens (RecurrentShape::windows): each row holds a token's normed gv (the
-// conv's history) and its id (the hash context). All FP32, the same code on every tier.
+// of E4M3 rows with one scale for the whole table); a token reads its heads' rows only. Per
+// slot the module keeps a sliding window of the last (taps - 1) dilation tokens
+// (RecurrentShape::windows): each row holds a token's normed gv (the conv's history) and its id
+// (the hash context). All FP32, the same code on every tier.
 #include <cstdint>
 #include <memory>
 #include <string>
