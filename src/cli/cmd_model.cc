@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "model/config.h"
 #include "tools/make_model.h"
+#include "tools/make_qwen4exp.h"
 #include "model/model.h"
 
 namespace ellm {
@@ -42,16 +43,16 @@ std::string exe_dir() {
   return ec ? "." : exe.parent_path().string();
 }
 
-// The Qwen3 tokenizer files: $ELLM_SHARED/text/qwen3, else the shared folder beside the
-// repository the binary was built in.
-std::string default_tokenizer_dir() {
+// The tokenizer files of shared/text/<name> (qwen3 unless a preset asks for another):
+// $ELLM_SHARED/text/<name>, else the shared folder beside the repository the binary was built in.
+std::string default_tokenizer_dir(const std::string& name) {
   std::vector<std::string> candidates;
-  if (const char* shared = std::getenv("ELLM_SHARED")) candidates.push_back(std::string(shared) + "/text/qwen3");
-  for (const char* up : {"/../../shared/text/qwen3", "/../shared/text/qwen3", "/../../../shared/text/qwen3"})
-    candidates.push_back(exe_dir() + up);
+  if (const char* shared = std::getenv("ELLM_SHARED")) candidates.push_back(std::string(shared) + "/text/" + name);
+  for (const char* up : {"/../../shared/text/", "/../shared/text/", "/../../../shared/text/"})
+    candidates.push_back(exe_dir() + up + name);
   for (const std::string& dir : candidates)
     if (fs::exists(dir + "/tokenizer.json")) return fs::weakly_canonical(dir).string();
-  fail("--tokenizer-from", "no Qwen3 tokenizer found (looked in $ELLM_SHARED/text/qwen3 and beside "
+  fail("--tokenizer-from", "no tokenizer found (looked in $ELLM_SHARED/text/" + name + " and beside "
                            "the build); pass --tokenizer-from DIR");
 }
 
@@ -153,17 +154,20 @@ ActivationDtype activations_requested(const CLI::App& app) {
 }
 
 int cmd_make_model(int argc, char** argv) {
-  CLI::App app{"Write a random-weight Qwen3 or Qwen3.5 model in Hugging Face layout", "make-model"};
+  CLI::App app{"Write a random-weight Qwen3, Qwen3.5 or Qwen3.8-Flash-Next model in Hugging Face layout",
+               "make-model"};
   MakeModelOptions o;
   std::string presets;
   for (const std::string& n : preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+  for (const std::string& n : qwen4exp_preset_names()) presets += ", " + n;
   app.add_option("--preset", o.preset, "model shape: " + presets)->required();
   app.add_option("--layers", o.layers, "number of layers (default: the preset's)");
   app.add_option("--seed", o.seed, "random seed");
   app.add_option("--shards", o.shards, "split the weights over this many safetensors files");
   app.add_option("--dtype", o.dtype, "bf16; fp8: decoder linear weights as F8_E4M3 with a "
-                                     "factor per 128x128 block, as Qwen's FP8 checkpoints; gptq, "
-                                     "awq: as 4-bit modules in those layouts")
+                                     "factor per 128x128 block, as Qwen's FP8 checkpoints (and "
+                                     "Qwen3.8-Flash-Next's n-gram table as E4M3 with one scale); "
+                                     "gptq, awq: as 4-bit modules in those layouts")
       ->check(CLI::IsMember({"bf16", "fp8", "gptq", "awq"}));
   app.add_flag("--fused-experts", o.fused_experts,
                "Qwen3.5 MoE presets: each layer's experts as two 3-D tensors (experts.gate_up_proj, "
@@ -173,7 +177,7 @@ int cmd_make_model(int argc, char** argv) {
                  "folder with tokenizer.json, tokenizer_config.json, chat_template.jinja "
                  "(default: $ELLM_SHARED/text/qwen3)");
   if (int code = parse(app, argc, argv); code >= 0) return code;
-  if (o.tokenizer_dir.empty()) o.tokenizer_dir = default_tokenizer_dir();
+  if (o.tokenizer_dir.empty()) o.tokenizer_dir = default_tokenizer_dir(preset_tokenizer(o.preset));
   make_model(o);
   log_info("wrote " + o.out_dir);
   return 0;

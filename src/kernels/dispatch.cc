@@ -23,6 +23,7 @@ std::array<KernelTable, 4> complete_tables() {
   // forget_attention_scratch stays each tier's own: null when its block keeps nothing.
   for (size_t i = 1; i < t.size(); ++i)
     inherit(t[i], t[i - 1], &KernelTable::convert_f32_to_bf16, &KernelTable::convert_bf16_to_f32,
+            &KernelTable::convert_fp8_e4m3_to_f32,
             &KernelTable::convert_f32_to_f16, &KernelTable::rmsnorm, &KernelTable::norm_rope,
             &KernelTable::rope_partial, &KernelTable::silu_mul, &KernelTable::dot_rows_f32, &KernelTable::conv1d_silu, &KernelTable::l2norm,
             &KernelTable::gated_rmsnorm, &KernelTable::gated_delta_step,
@@ -47,6 +48,10 @@ void convert_f32_to_bf16(const float* x, bf16* out, int64_t count) {
 
 void convert_bf16_to_f32(const bf16* x, float* out, int64_t count) {
   kernel_table(active_isa()).convert_bf16_to_f32(x, out, count);
+}
+
+void convert_fp8_e4m3_to_f32(const uint8_t* codes, float scale, float* out, int64_t count) {
+  kernel_table(active_isa()).convert_fp8_e4m3_to_f32(codes, scale, out, count);
 }
 
 void convert_f32_to_f16(const float* x, f16* out, int64_t count) {

@@ -20,6 +20,7 @@ namespace ellm {
 // element-wise and matrix ones are the entry points of kernels.h.
 using ConvertF32ToBf16Fn = void(const float* x, bf16* out, int64_t count);
 using ConvertBf16ToF32Fn = void(const bf16* x, float* out, int64_t count);
+using ConvertFp8ToF32Fn = void(const uint8_t* codes, float scale, float* out, int64_t count);
 using ConvertF32ToF16Fn = void(const float* x, f16* out, int64_t count);
 using RmsnormFn = void(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight,
                        float eps, float* out, int64_t ldo);
@@ -132,6 +133,7 @@ inline float finish_dot_lanes(float* lanes, const float* x, const float* w, int6
 struct KernelTable {
   ConvertF32ToBf16Fn* convert_f32_to_bf16;
   ConvertBf16ToF32Fn* convert_bf16_to_f32;
+  ConvertFp8ToF32Fn* convert_fp8_e4m3_to_f32;
   ConvertF32ToF16Fn* convert_f32_to_f16;
   RmsnormFn* rmsnorm;
   NormRopeFn* norm_rope;

@@ -107,6 +107,8 @@ inline uint8_t f32_to_fp8_e4m3(float f) {
 
 void convert_f32_to_bf16(const float* x, bf16* out, int64_t count);
 void convert_bf16_to_f32(const bf16* x, float* out, int64_t count);
+// out[i] = fp8_e4m3_to_f32(codes[i]) * scale (a NaN code gives NaN): the same bits on every tier.
+void convert_fp8_e4m3_to_f32(const uint8_t* codes, float scale, float* out, int64_t count);
 void convert_f32_to_f16(const float* x, f16* out, int64_t count);  // f32_to_f16 element-wise
 
 // out[r][:] = x[r][:] / rms(x[r][:]) * weight[:], for r < rows; rows are `dim` long with strides

@@ -68,6 +68,28 @@ void convert_bf16_to_f32(const bf16* x, float* out, int64_t count) {
   scalar_kernels.convert_bf16_to_f32(x + done, out + done, count - done);
 }
 
+// Two vectors of codes at a time (V::load_fp8_x2 widens them times 2^-8, exactly); times 2^8,
+// exact again, then the one rounding of the scalar twin's product. load_fp8_x2 widens the NaN
+// codes to +-1.875, above any finite code's 448 x 2^-8: those lanes become the twin's NaN.
+template <class V>
+void convert_fp8_e4m3_to_f32(const uint8_t* codes, float scale, float* out, int64_t count) {
+  constexpr int64_t L = V::kLanes;
+  const auto factor = V::set1(scale), exact_256 = V::set1(256.0f), nan = V::set1(__builtin_nanf(""));
+  const auto abs_mask = V::set1_i(0x7fffffff), largest = V::bits(V::set1(448.0f / 256.0f));
+  auto finish = [&](typename V::F w, float* o) {
+    const auto is_nan = V::lanes_greater(V::and_i(V::bits(w), abs_mask), largest);
+    V::store(o, V::select(is_nan, V::mul(V::mul(w, exact_256), factor), nan));
+  };
+  int64_t i = 0;
+  for (; i + 2 * L <= count; i += 2 * L) {
+    typename V::F lo, hi;
+    V::load_fp8_x2(codes + i, lo, hi);
+    finish(lo, out + i);
+    finish(hi, out + i + L);
+  }
+  scalar_kernels.convert_fp8_e4m3_to_f32(codes + i, scale, out + i, count - i);
+}
+
 // Saturates first, as f32_to_f16 does; the limit goes first so a NaN passes through min/max.
 template <class V>
 void convert_f32_to_f16(const float* x, f16* out, int64_t count) {

@@ -18,6 +18,7 @@ constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul
   return {
       .convert_f32_to_bf16 = convert_f32_to_bf16<V>,
       .convert_bf16_to_f32 = convert_bf16_to_f32<V>,
+      .convert_fp8_e4m3_to_f32 = convert_fp8_e4m3_to_f32<V>,
       .convert_f32_to_f16 = convert_f32_to_f16<V>,
       .rmsnorm = rmsnorm<V>,
       .norm_rope = norm_rope<V>,

@@ -6,8 +6,6 @@ namespace ellm {
 
 namespace {
 
-// The vision-language wrapper Qwen ships the Qwen3.5 generation in, with the text model's
-// config nested (the vision_config is not written: ellm has no vision tower).
 // The quantization_config of an FP8 (Qwen's), GPTQ or AWQ checkpoint; null for BF16.
 nlohmann::ordered_json quantization_config_json(const ModelConfig& c) {
   if (c.quant_method == "fp8")
@@ -27,6 +25,21 @@ nlohmann::ordered_json quantization_config_json(const ModelConfig& c) {
   return nullptr;
 }
 
+// The hybrid stack's layer_types and Gated DeltaNet fields.
+void add_hybrid_layer_fields(nlohmann::ordered_json& t, const ModelConfig& c) {
+  std::vector<std::string> types;
+  for (bool linear : c.linear_attention) types.push_back(linear ? "linear_attention" : "full_attention");
+  t["layer_types"] = types;
+  t["linear_conv_kernel_dim"] = c.linear_conv_kernel_dim;
+  t["linear_key_head_dim"] = c.linear_key_head_dim;
+  t["linear_num_key_heads"] = c.linear_num_key_heads;
+  t["linear_num_value_heads"] = c.linear_num_value_heads;
+  t["linear_value_head_dim"] = c.linear_value_head_dim;
+  t["mamba_ssm_dtype"] = "float32";
+}
+
+// The vision-language wrapper Qwen ships the Qwen3.5 generation in, with the text model's
+// config nested (the vision_config is not written: ellm has no vision tower).
 std::string qwen35_config_json(const ModelConfig& c, int32_t bos_token_id, int32_t eos_token_id) {
   const bool moe = c.is_moe();
   nlohmann::ordered_json t;
@@ -38,15 +51,7 @@ std::string qwen35_config_json(const ModelConfig& c, int32_t bos_token_id, int32
   t["hidden_act"] = "silu";
   t["hidden_size"] = c.hidden_size;
   if (!moe) t["intermediate_size"] = c.intermediate_size;
-  std::vector<std::string> types;
-  for (bool linear : c.linear_attention) types.push_back(linear ? "linear_attention" : "full_attention");
-  t["layer_types"] = types;
-  t["linear_conv_kernel_dim"] = c.linear_conv_kernel_dim;
-  t["linear_key_head_dim"] = c.linear_key_head_dim;
-  t["linear_num_key_heads"] = c.linear_num_key_heads;
-  t["linear_num_value_heads"] = c.linear_num_value_heads;
-  t["linear_value_head_dim"] = c.linear_value_head_dim;
-  t["mamba_ssm_dtype"] = "float32";
+  add_hybrid_layer_fields(t, c);
   t["max_position_embeddings"] = c.max_position_embeddings;
   t["model_type"] = moe ? "qwen3_5_moe_text" : "qwen3_5_text";
   if (moe) {
@@ -77,6 +82,66 @@ std::string qwen35_config_json(const ModelConfig& c, int32_t bos_token_id, int32
 }
 
 }  // namespace
+
+std::string qwen4exp_config_json(const ModelConfig& c, const Qwen4ExpConfig& x) {
+  nlohmann::ordered_json t;
+  t["attention_bias"] = false;
+  t["bos_token_id"] = x.eos;
+  t["eos_token_id"] = x.eos;
+  t["full_attention_interval"] = 4;
+  t["hc_count"] = x.hc_count;
+  t["hc_lowrank"] = x.hc_lowrank;
+  t["head_dim"] = c.head_dim;
+  t["heads_per_ngram"] = x.heads_per_ngram;
+  t["hidden_act"] = "silu";
+  t["hidden_size"] = c.hidden_size;
+  t["indexer_budget"] = x.indexer_budget;
+  t["indexer_compress_ratio"] = x.indexer_ratio;
+  t["indexer_head_dim"] = x.indexer_head_dim;
+  t["indexer_kv_heads"] = 1;
+  t["indexer_n_heads"] = x.indexer_heads;
+  add_hybrid_layer_fields(t, c);
+  t["make_ngram_vocab_size_divisible_by"] = x.ngram_vocab_divisor;
+  t["max_position_embeddings"] = c.max_position_embeddings;
+  t["model_type"] = "qwen4_exp_text";
+  t["moe_intermediate_size"] = c.moe_intermediate_size;
+  t["ngram_size"] = x.ngram_size;
+  t["ngram_vocab_size_base"] = x.ngram_vocab_size_base;
+  t["norm_topk_prob"] = c.norm_topk_prob;
+  t["num_attention_heads"] = c.num_attention_heads;
+  t["num_experts"] = c.num_experts;
+  t["num_experts_per_tok"] = c.num_experts_per_tok;
+  t["num_hidden_layers"] = c.num_hidden_layers;
+  t["num_key_value_heads"] = c.num_key_value_heads;
+  t["output_gate_type"] = x.sigmoid_gate ? "sigmoid" : "silu";
+  t["partial_rotary_factor"] = c.partial_rotary_factor;
+  t["ple_conv_kernel_size"] = x.ple_conv_kernel_size;
+  t["ple_embed_dim"] = x.ple_embed_dim;
+  std::vector<int64_t> ple_ids;  // counted from 1
+  for (int64_t l : x.ple_layers) ple_ids.push_back(l + 1);
+  t["ple_layer_ids"] = ple_ids;
+  t["rms_norm_eps"] = c.rms_norm_eps;
+  const int64_t half = c.rotary_dim() / 2, section = (half + 2) / 3;  // text positions: t = h = w
+  t["rope_parameters"] = {{"mrope_interleaved", true},
+                          {"mrope_section", {section, section, half - 2 * section}},
+                          {"partial_rotary_factor", c.partial_rotary_factor},
+                          {"rope_theta", c.rope_theta},
+                          {"rope_type", "default"}};
+  t["seed"] = x.seed;
+  t["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+  t["split_ngram_parts"] = x.split_ngram_parts;
+  t["tie_word_embeddings"] = c.tie_word_embeddings;
+  t["vocab_size"] = c.vocab_size;
+
+  nlohmann::ordered_json j;
+  j["architectures"] = {"Qwen4ExpForConditionalGeneration"};
+  j["model_type"] = "qwen4_exp";
+  if (!c.quant_method.empty()) j["quantization_config"] = quantization_config_json(c);
+  j["text_config"] = t;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["transformers_version"] = "5.9.0";
+  return j.dump(2) + "\n";
+}
 
 std::string model_config_json(const ModelConfig& c, int32_t bos_token_id, int32_t eos_token_id) {
   if (c.is_hybrid()) return qwen35_config_json(c, bos_token_id, eos_token_id);

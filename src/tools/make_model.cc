@@ -15,6 +15,8 @@
 #include "model/load/tensor_loader.h"
 #include "tools/hf_config.h"
 #include "tools/int4_checkpoint.h"
+#include "tools/make_qwen4exp.h"
+#include "tools/random_checkpoint.h"
 
 namespace ellm {
 namespace {
@@ -79,19 +81,6 @@ ModelConfig hybrid_moe(ModelConfig c, int64_t experts, int64_t per_token, int64_
   return c;
 }
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-uint64_t hash_name(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 bool is_norm(const std::string& name) { return name.find("norm.weight") != std::string::npos; }
 
 // A decoder layer's linear weight: what Qwen's FP8 checkpoints store as F8_E4M3 (Qwen3.5: not
@@ -105,17 +94,6 @@ bool is_fp8_linear(const std::string& name) {
                      name.rfind("model.language_model.layers.", 0) == 0;
   return layer && (ends_with("_proj.weight") || ends_with("in_proj_qkv.weight") ||
                    ends_with("in_proj_z.weight"));
-}
-
-// Element e of a random tensor as BF16: uniform noise with standard deviation 0.02 (as HF
-// initialises), norms near 1. Counter-based, so the value depends only on (seed, e).
-bf16 random_element(uint64_t seed, int64_t e, bool norm) {
-  float scale = norm ? 0.1f : 0.02f * std::sqrt(3.0f);  // half-width of the uniform range
-  float center = norm ? 1.0f : 0.0f;
-  uint64_t r = splitmix64(seed + uint64_t(e >> 2));
-  uint32_t bits16 = uint32_t(r >> (16 * (e & 3))) & 0xffff;
-  float u = float(bits16) * (2.0f / 65535.0f) - 1.0f;  // [-1, 1]
-  return f32_to_bf16(center + scale * u);  // finite: rounds to nearest even
 }
 
 // The FP8 checkpoint's tensors for `specs`: each decoder layer's linear weight as F8_E4M3 with
@@ -170,12 +148,6 @@ std::string source_name(const std::string& name) {
   return name;
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  if (!f) fail(path, "write failed");
-}
-
 }  // namespace
 
 std::vector<std::string> preset_names() {
@@ -201,6 +173,7 @@ ModelConfig preset_config(const std::string& name) {
     return hybrid_moe(hybrid(2048, 40, 16, 2, 32, 0, false), 256, 8, 512);
   std::string list;
   for (const std::string& n : preset_names()) list += (list.empty() ? "" : ", ") + n;
+  for (const std::string& n : qwen4exp_preset_names()) list += ", " + n;
   fail("--preset", "unknown preset '" + name + "' (known: " + list + ")");
 }
 
@@ -294,25 +267,42 @@ std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& c, bool fused_expe
   return specs;
 }
 
+std::string preset_tokenizer(const std::string& preset) {
+  return preset == "qwen3.8-flash-next" ? "qwen35" : "qwen3";
+}
+
 void make_model(const MakeModelOptions& o) {
-  ModelConfig config = preset_config(o.preset);
   if (o.layers < 0) fail("--layers", "must be positive");
-  if (o.layers > 0) config.num_hidden_layers = o.layers;
-  if (config.is_hybrid()) {  // the layer pattern, cut or extended to the depth
-    config.linear_attention.clear();
-    for (int64_t l = 0; l < config.num_hidden_layers; ++l)
-      config.linear_attention.push_back((l + 1) % 4 != 0);
-  }
   for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
     if (!fs::exists(fs::path(o.tokenizer_dir) / file))
-      fail(o.tokenizer_dir + "/" + file, "missing (pass --tokenizer-from DIR with the Qwen3 tokenizer files)");
+      fail(o.tokenizer_dir + "/" + file, "missing (pass --tokenizer-from DIR with the Qwen tokenizer files)");
   if (o.dtype != "bf16" && o.dtype != "fp8" && o.dtype != "gptq" && o.dtype != "awq")
     fail("--dtype", "must be bf16, fp8, gptq or awq, not '" + o.dtype + "'");
-  write_random_model(config, o.out_dir, o.seed, o.shards, read_special_token_ids(o.tokenizer_dir),
-                     o.dtype, o.fused_experts);
+  const bool qwen38 = o.preset == "qwen3.8-flash-next";
+  if (is_qwen4exp_preset(o.preset)) {
+    if (o.fused_experts)
+      fail("--fused-experts", "Qwen3.8-Flash-Next's BF16 checkpoints always fuse their experts, its FP8 ones never");
+    Qwen4ExpShape shape = qwen4exp_preset(o.preset);
+    if (o.layers > 0) set_qwen4exp_layers(shape, o.layers);
+    write_random_qwen4exp(shape, o.out_dir, o.seed, o.shards, read_special_token_ids(o.tokenizer_dir), o.dtype);
+  } else {
+    ModelConfig config = preset_config(o.preset);
+    if (o.layers > 0) config.num_hidden_layers = o.layers;
+    if (config.is_hybrid()) {  // the layer pattern, cut or extended to the depth
+      config.linear_attention.clear();
+      for (int64_t l = 0; l < config.num_hidden_layers; ++l)
+        config.linear_attention.push_back((l + 1) % 4 != 0);
+    }
+    write_random_model(config, o.out_dir, o.seed, o.shards, read_special_token_ids(o.tokenizer_dir),
+                       o.dtype, o.fused_experts);
+  }
   std::error_code ec;
-  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
+  for (const std::string file : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
     fs::path from = fs::path(o.tokenizer_dir) / file;
+    // Qwen3.8's own template and tokenizer config where the folder has them (shared/text/qwen35).
+    const fs::path qwen38_file = fs::path(o.tokenizer_dir) / (fs::path(file).stem().string() + "_qwen38" +
+                                                             fs::path(file).extension().string());
+    if (qwen38 && fs::exists(qwen38_file)) from = qwen38_file;
     if (!fs::exists(from)) continue;
     fs::path to = fs::path(o.out_dir) / file;
     fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
@@ -362,17 +352,7 @@ void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t
 
   write_text(out_dir + "/config.json",
              model_config_json(config, special.endoftext, special.im_end));
-  nlohmann::ordered_json gen;
-  const bool known = special.endoftext >= 0 && special.im_end >= 0;
-  if (known) gen["bos_token_id"] = special.endoftext;
-  gen["do_sample"] = true;
-  if (known) gen["eos_token_id"] = {special.im_end, special.endoftext};
-  if (known) gen["pad_token_id"] = special.endoftext;
-  gen["temperature"] = 0.6;
-  gen["top_k"] = 20;
-  gen["top_p"] = 0.95;
-  gen["transformers_version"] = "4.51.0";
-  write_text(out_dir + "/generation_config.json", gen.dump(2) + "\n");
+  write_generation_config(out_dir, special.endoftext, special.im_end);
 
   // Weights: random_element, the same values whatever the dtype (an FP8 model is its BF16 twin
   // of the same seed quantised by fp8_quantise).
@@ -382,29 +362,13 @@ void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t
   if (fp8) specs = fp8_tensors(specs);
   if (!int4_format.empty() && !as_bf16) specs = int4_tensors(specs, int4_format, group);
   std::vector<uint64_t> tensor_seeds(specs.size());
-  uint64_t total_bytes = 0;
-  std::vector<uint64_t> bytes(specs.size());
-  for (size_t i = 0; i < specs.size(); ++i) {
-    tensor_seeds[i] =
-        splitmix64(seed * 0x632be59bd9b4e019ull ^ hash_name(source_name(specs[i].name)));
-    bytes[i] = dtype_size(specs[i].dtype);
-    for (int64_t d : specs[i].shape) bytes[i] *= uint64_t(d);
-    total_bytes += bytes[i];
-  }
+  for (size_t i = 0; i < specs.size(); ++i) tensor_seeds[i] = tensor_seed(seed, source_name(specs[i].name));
   // The factors of FP8 tensor t, [ceil(rows / 128)][ceil(cols / 128)], computed when first asked.
   std::vector<std::vector<float>> factors(specs.size());
   auto factors_of = [&](size_t t) -> const std::vector<float>& {
-    std::vector<float>& f = factors[t];
-    if (!f.empty()) return f;
-    const int64_t rows = specs[t].shape[0], cols = specs[t].shape[1];
-    const int64_t k_blocks = (cols + kFp8BlockK - 1) / kFp8BlockK;
-    f.assign(size_t((rows + kFp8BlockK - 1) / kFp8BlockK * k_blocks), 0.0f);
-    for (int64_t e = 0; e < rows * cols; ++e) {
-      float& largest = f[(e / cols / kFp8BlockK) * k_blocks + e % cols / kFp8BlockK];
-      largest = std::max(largest, std::fabs(bf16_to_f32(random_element(tensor_seeds[t], e, false))));
-    }
-    for (float& v : f) v = fp8_block_factor(v);
-    return f;
+    if (factors[t].empty())
+      factors[t] = random_fp8_factors(tensor_seeds[t], 0, specs[t].shape[0], specs[t].shape[1]);
+    return factors[t];
   };
   // The 4-bit grid of the module being written (its tensors are consecutive, across shards too).
   std::string grid_of;
@@ -420,8 +384,6 @@ void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t
     grid_of = weight;
     return grid;
   };
-  Progress progress("writing weights", size_t(total_bytes >> 20));
-  uint64_t written = 0;
   TensorBytesFill fill = [&](size_t tensor, int64_t first, int64_t count, uint8_t* out) {
     const TensorSpec& spec = specs[tensor];
     if (source_name(spec.name) != spec.name) {
@@ -434,11 +396,10 @@ void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t
       }
     } else if (spec.dtype == "F8_E4M3") {
       const std::vector<float>& f = factors_of(tensor);
-      const int64_t cols = spec.shape[1], k_blocks = (cols + kFp8BlockK - 1) / kFp8BlockK;
       for (int64_t i = 0; i < count; ++i) {
         const int64_t e = first + i;
         out[i] = fp8_quantise(bf16_to_f32(random_element(tensor_seeds[tensor], e, false)),
-                              f[(e / cols / kFp8BlockK) * k_blocks + e % cols / kFp8BlockK]);
+                              block_factor(f, spec.shape[1], e));
       }
     } else if (spec.dtype == "F32") {  // the factors of the FP8 tensor before it
       const std::vector<float>& f = factors_of(tensor - 1);
@@ -450,50 +411,8 @@ void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t
         std::memcpy(out + 2 * i, &v, 2);
       }
     }
-    written += uint64_t(count) * dtype_size(spec.dtype);
-    progress.update(size_t(written >> 20));
   };
-
-  std::vector<std::string> files;
-  std::vector<std::vector<size_t>> shard_tensors;
-  if (shards == 1) {
-    files.push_back("model.safetensors");
-    shard_tensors.emplace_back();
-    for (size_t i = 0; i < specs.size(); ++i) shard_tensors[0].push_back(i);
-  } else {
-    // Consecutive tensors, cut where the running size crosses each shard's share; no shard is
-    // left empty.
-    if (size_t(shards) > specs.size())
-      fail("--shards", "more shards than the " + std::to_string(specs.size()) + " tensors");
-    uint64_t share = (total_bytes + shards - 1) / shards, running = 0;
-    shard_tensors.resize(shards);
-    size_t shard = 0;
-    for (size_t i = 0; i < specs.size(); ++i) {
-      size_t shards_left = size_t(shards) - shard - 1, tensors_left = specs.size() - i;
-      bool full = running >= share * (shard + 1) || tensors_left == shards_left;
-      if (full && shards_left > 0 && !shard_tensors[shard].empty()) ++shard;
-      shard_tensors[shard].push_back(i);
-      running += bytes[i];
-    }
-    char name[64];
-    for (int s = 0; s < shards; ++s) {
-      std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, shards);
-      files.push_back(name);
-    }
-  }
-  for (size_t s = 0; s < files.size(); ++s)
-    write_safetensors_bytes(out_dir + "/" + files[s], specs, shard_tensors[s], fill);
-  if (shards > 1) {
-    nlohmann::ordered_json index;
-    index["metadata"] = {{"total_size", total_bytes}};
-    nlohmann::ordered_json map = nlohmann::ordered_json::object();
-    for (size_t s = 0; s < files.size(); ++s)
-      for (size_t i : shard_tensors[s]) map[specs[i].name] = files[s];
-    index["weight_map"] = map;
-    write_text(out_dir + "/model.safetensors.index.json", index.dump(2) + "\n");
-  }
-  progress.finish(std::to_string(total_bytes >> 20) + " MiB in " + std::to_string(files.size()) +
-                  " file(s)");
+  write_checkpoint_files(out_dir, specs, shards, fill);
 }
 
 }  // namespace ellm

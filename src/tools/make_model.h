@@ -9,8 +9,12 @@
 
 namespace ellm {
 
+// The presets of Qwen3 and the Qwen3.5 generation (make_qwen4exp.h has Qwen3.8-Flash-Next's).
 std::vector<std::string> preset_names();
 ModelConfig preset_config(const std::string& name);  // throws Error listing the presets
+// The folder under shared/text/ whose tokenizer a preset uses by default: qwen35 for
+// qwen3.8-flash-next (vocabulary 248,320; Qwen3.8's template), else qwen3.
+std::string preset_tokenizer(const std::string& preset);
 
 // Every tensor a checkpoint of this config holds, with its Hugging Face name and shape. A
 // Qwen3.5 MoE's routed experts are one tensor each, or with fused_experts two 3-D tensors per

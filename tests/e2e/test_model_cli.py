@@ -148,6 +148,21 @@ def main():
         argmax = [max(range(VOCAB), key=L[p * VOCAB:(p + 1) * VOCAB].__getitem__) for p in range(2, 7)]
         check(argmax == ids, "generate follows the argmax of logits")
 
+        # Qwen3.8-Flash-Next's tiny preset in FP8 (E4M3 matrices and n-gram table) loads and
+        # generates; 4-bit dtypes and --fused-experts are refused for it.
+        q4 = os.path.join(tmp, "tiny-qwen4exp-fp8")
+        must("make-model", "--preset", "tiny-qwen4exp", "--dtype", "fp8", "--shards", "2", "--out", q4)
+        config = json.load(open(os.path.join(q4, "config.json")))
+        check(config["model_type"] == "qwen4_exp" and config["quantization_config"]["quant_method"] == "fp8"
+              and config["text_config"]["ple_layer_ids"] == [2], "tiny-qwen4exp fp8 config")
+        r = must("generate", "--model-path", q4, "--prompt-ids", "1,2,151643,4", "--max-tokens", "4")
+        ids = [int(x) for x in r.stdout.strip().split(",")]
+        check(len(ids) == 4 and all(0 <= i < VOCAB for i in ids), f"tiny-qwen4exp fp8 generates 4 ids: {ids}")
+        expect_error("qwen4exp gptq", ["make-model", "--preset", "tiny-qwen4exp", "--dtype", "gptq", "--out",
+                                       os.path.join(tmp, "q4-gptq")], "--dtype: Qwen3.8-Flash-Next is written as bf16 or fp8")
+        expect_error("qwen4exp fused", ["make-model", "--preset", "tiny-qwen4exp", "--fused-experts", "--out",
+                                        os.path.join(tmp, "q4-fused")], "--fused-experts")
+
         # ellm bench: machine limits, then prefill and decode rows, each decode row judged part by
         # part against read bandwidths taken between the parts; --zero-context decodes at a context without a prefill.
         bench_json = os.path.join(tmp, "bench.jsonl")

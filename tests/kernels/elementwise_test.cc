@@ -107,6 +107,33 @@ TEST(Elementwise, ConvertBf16ToF32IsExact) {
   }
 }
 
+// The n-gram table's E4M3 rows: every code (NaN ones included) times a scale, at every length
+// and offset, gives the scalar twin's bits on every tier.
+TEST(Elementwise, ConvertFp8ToF32GivesTheScalarBitsOnEveryTier) {
+  std::vector<uint8_t> codes(1027 + 3);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = uint8_t(i * 37 + i / 256);
+  codes[5] = 0x7f, codes[6] = 0xff, codes[7] = 0x7e, codes[8] = 0x01, codes[9] = 0x80;
+  for (float scale : {1.0f, 0.0123f, 7.7e-5f, 3.0e4f})
+    for (int64_t n : kCounts)
+      for (int64_t offset : {0, 3}) {
+        std::vector<float> want(n);
+        for (int64_t i = 0; i < n; ++i) want[i] = fp8_e4m3_to_f32(codes[offset + i]) * scale;
+        for (Isa isa : supported_isas()) {
+          IsaScope s(isa);
+          std::vector<float> got(n, 1.0f);
+          convert_fp8_e4m3_to_f32(codes.data() + offset, scale, got.data(), n);
+          for (int64_t i = 0; i < n; ++i) {
+            uint32_t a, b;
+            std::memcpy(&a, &got[i], 4);
+            std::memcpy(&b, &want[i], 4);
+            ASSERT_EQ(a, b) << isa_name(isa) << " code " << int(codes[offset + i]) << " scale " << scale;
+          }
+        }
+      }
+  EXPECT_EQ(fp8_e4m3_to_f32(0x7e), 448.0f);
+  EXPECT_TRUE(std::isnan(fp8_e4m3_to_f32(0xff)));
+}
+
 TEST(Elementwise, RmsnormMatchesScalar) {
   for (int64_t dim : {1, 5, 16, 33, 128, 1000}) {
     int64_t rows = 3, ldx = dim + 3, ldo = dim + 1;

@@ -3,9 +3,11 @@
 
 #include <filesystem>
 
+#include "model/blocks/ngram_embedding.h"
 #include "model/config.h"
 #include "tools/hf_config.h"
 #include "tools/make_model.h"
+#include "tools/make_qwen4exp.h"
 #include "model/model.h"
 #include "model_test_util.h"
 
@@ -151,6 +153,141 @@ TEST(ModelLoad, WrongExpertCount) {
                                         ": tensor 'model.layers.0.mlp.gate.weight' has shape "
                                         "[6, 64], expected [8, 64] from config.json");
   }
+}
+
+// Qwen3.8-Flash-Next folders broken after make-model wrote them (tiny-qwen4exp with a
+// vocabulary of 1024): the n-gram table, its hash constants, layer_types.
+struct BrokenQwen4Exp {
+  test::ScratchDir dir;
+  Qwen4ExpShape shape = qwen4exp_preset("tiny-qwen4exp");
+  const std::string table = "model.language_model.layers.1.ple.ple_embedding.";
+  explicit BrokenQwen4Exp(const std::string& dtype = "bf16") {
+    shape.config.vocab_size = 1024;
+    shape.extra.eos = 1023;
+    write_random_qwen4exp(shape, dir.path, 1, 1, {}, dtype);
+    EXPECT_NO_THROW(Model::load(dir.path, limits()));
+  }
+  std::string file() const { return dir / "model.safetensors"; }
+  std::string shard(int k) const { return table + "ngram_embedding.shard_" + std::to_string(k) + ".weight"; }
+  void edit_header(const std::function<void(nlohmann::ordered_json&)>& edit) const {
+    test::edit_safetensors_header(file(), edit);
+  }
+  NgramHash hash() const {
+    const ModelConfig& c = shape.config;
+    const Qwen4ExpConfig& x = shape.extra;
+    return ngram_hash({c.hidden_size, x.hc_count, x.ple_embed_dim, x.ngram_size, x.heads_per_ngram,
+                       x.ple_conv_kernel_size, c.vocab_size, x.ngram_vocab_size_base, x.ngram_vocab_divisor,
+                       x.seed, 0, x.eos, 1e-6f});
+  }
+};
+
+std::string list(const std::vector<int64_t>& v) {
+  std::string s;
+  for (int64_t x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return "[" + s + "]";
+}
+
+TEST(Qwen4ExpLoad, MissingTableShard) {
+  BrokenQwen4Exp m;
+  m.edit_header([&](nlohmann::ordered_json& h) {  // shard 3 renamed away
+    h[m.table + "ngram_embedding.shard_9.weight"] = h[m.shard(3)];
+    h.erase(m.shard(3));
+  });
+  EXPECT_EQ(load_error(m.dir.path),
+            m.file() + ": missing n-gram table shard '" + m.shard(3) + "' (split_ngram_parts is 4)");
+}
+
+TEST(Qwen4ExpLoad, TableShardWithTheWrongRowCount) {
+  BrokenQwen4Exp m;
+  m.edit_header([&](nlohmann::ordered_json& h) {  // shard 2: 1000 of its 1024 rows
+    h[m.shard(2)]["shape"] = {1000, 16};
+    h[m.shard(2)]["data_offsets"][1] = h[m.shard(2)]["data_offsets"][0].get<uint64_t>() + 1000 * 16 * 2;
+  });
+  EXPECT_EQ(load_error(m.dir.path),
+            m.file() + ": the n-gram table's 4 shards hold 4072 rows, but the config gives 4096");
+}
+
+TEST(Qwen4ExpLoad, StoredHashConstantsThatDisagreeWithTheConfig) {
+  const std::pair<const char*, int> edits[] = {{"layer_multipliers", 1}, {"ngram_heads_vocab_sizes", 3},
+                                               {"ngram_heads_offsets", 2}};
+  for (const auto& [buffer, index] : edits) {
+    BrokenQwen4Exp m;
+    const NgramHash hash = m.hash();
+    const std::string name = buffer;
+    std::vector<int64_t> want = name == "layer_multipliers" ? hash.multipliers
+                                : name == "ngram_heads_vocab_sizes" ? hash.sizes : hash.offsets;
+    std::vector<int64_t> stored = want;
+    stored[size_t(index)] += 2;
+    test::overwrite_tensor_bytes(m.file(), m.table + name, 8 * size_t(index), &stored[size_t(index)], 8);
+    EXPECT_EQ(load_error(m.dir.path),
+              m.file() + ": the n-gram hash constant '" + m.table + name + "' is " + list(stored) +
+                  " but the config (vocab_size, seed, ngram_vocab_size_base, heads_per_ngram) gives " + list(want));
+  }
+}
+
+TEST(Qwen4ExpLoad, LayerTypesThatDoNotMatchTheLayerCount) {
+  BrokenQwen4Exp m;
+  const std::string good = test::read_text(m.dir / "config.json");
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(good);
+  config["text_config"]["layer_types"].erase(7);
+  test::write_text(m.dir / "config.json", config.dump(2));
+  EXPECT_EQ(load_error(m.dir.path),
+            m.dir / "config.json" + ": field 'layer_types' lists 7 layers but num_hidden_layers is 8");
+  config = nlohmann::ordered_json::parse(good);
+  config["text_config"]["num_hidden_layers"] = 9;
+  test::write_text(m.dir / "config.json", config.dump(2));
+  EXPECT_EQ(load_error(m.dir.path),
+            m.dir / "config.json" + ": field 'layer_types' lists 8 layers but num_hidden_layers is 9");
+}
+
+// An FP8 table: its scale missing or not a finite positive value, its shards of mixed dtypes.
+TEST(Qwen4ExpLoad, Fp8TableScaleAndShardDtypes) {
+  {
+    BrokenQwen4Exp m("fp8");
+    const std::string scale = m.table + "ngram_embedding.weight_scale";
+    m.edit_header([&](nlohmann::ordered_json& h) {
+      h[m.table + "ngram_embedding.weight_scalX"] = h[scale];
+      h.erase(scale);
+    });
+    EXPECT_EQ(load_error(m.dir.path), m.file() + ": the n-gram table's shards are F8_E4M3 but its scale '" +
+                                          scale + "' is missing");
+  }
+  for (float bad : {0.0f, -1.0f, NAN}) {
+    BrokenQwen4Exp m("fp8");
+    const std::string scale = m.table + "ngram_embedding.weight_scale";
+    test::overwrite_tensor_bytes(m.file(), scale, 0, &bad, sizeof bad);
+    EXPECT_EQ(load_error(m.dir.path), m.file() + ": the n-gram table's scale '" + scale + "' is " +
+                                          std::to_string(bad) + ": it must be finite and positive");
+  }
+  {
+    BrokenQwen4Exp m("fp8");
+    m.edit_header([&](nlohmann::ordered_json& h) {  // the same bytes read as BF16
+      h[m.shard(1)]["dtype"] = "BF16";
+      h[m.shard(1)]["shape"] = {512, 16};
+    });
+    EXPECT_EQ(load_error(m.dir.path),
+              m.file() + ": n-gram table shard '" + m.shard(1) + "' is BF16 but shard 0 is F8_E4M3");
+  }
+  {  // a matrix the forward keeps in FP32, widened from FP8 at load: no NaN code
+    BrokenQwen4Exp m("fp8");
+    const std::string mix = "model.language_model.layers.2.attn_hyper_connection.input_mix_weight_down.weight";
+    const uint8_t nan = 0x7f;
+    test::overwrite_tensor_bytes(m.file(), mix, 256 + 3, &nan, 1);
+    EXPECT_EQ(load_error(m.dir.path), m.file() + ": tensor '" + mix + "' holds an FP8 NaN at [1, 3]");
+  }
+}
+
+TEST(Qwen4ExpLoad, FusedFp8ExpertsAreRefused) {
+  BrokenQwen4Exp m;
+  const std::string fused = "model.language_model.layers.0.mlp.experts.gate_up_proj";
+  m.edit_header([&](nlohmann::ordered_json& h) {  // the same bytes read as E4M3
+    h.erase("__metadata__");  // room for the longer dtype
+    h[fused]["dtype"] = "F8_E4M3";
+    h[fused]["shape"] = {8, 128, 64};
+  });
+  EXPECT_EQ(load_error(m.dir.path), m.file() + ": '" + fused + "' is F8_E4M3: FP8 experts are read one tensor "
+                                                "each (experts.N.gate_proj.weight ...), as Qwen's FP8 "
+                                                "checkpoints store them, not fused");
 }
 
 TEST(ModelForward, RejectsTokensOutsideTheVocabularyAndPositionsBeyondTheSequence) {

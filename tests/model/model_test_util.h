@@ -10,9 +10,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "model/config.h"
@@ -47,6 +50,39 @@ inline std::string read_text(const std::string& path) {
 inline void write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
   f << text;
+}
+
+// Edits a safetensors file's header in place, keeping its length (the edited header, shorter or
+// as long, is padded with spaces): renaming a tensor, changing its shape and data_offsets.
+inline void edit_safetensors_header(const std::string& path,
+                                    const std::function<void(nlohmann::ordered_json& header)>& edit) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t length = 0;
+  f.read(reinterpret_cast<char*>(&length), 8);
+  std::string text(length, ' ');
+  f.read(text.data(), std::streamsize(length));
+  nlohmann::ordered_json header = nlohmann::ordered_json::parse(text);
+  edit(header);
+  std::string edited = header.dump();
+  ASSERT_LE(edited.size(), length) << path;
+  edited.resize(length, ' ');
+  f.seekp(8);
+  f.write(edited.data(), std::streamsize(length));
+  ASSERT_TRUE(f.good()) << path;
+}
+
+// Overwrites `bytes` of tensor `name`'s data, from its `offset`-th byte on.
+inline void overwrite_tensor_bytes(const std::string& path, const std::string& name, size_t offset,
+                                   const void* bytes, size_t count) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t length = 0;
+  f.read(reinterpret_cast<char*>(&length), 8);
+  std::string text(length, ' ');
+  f.read(text.data(), std::streamsize(length));
+  const uint64_t begin = nlohmann::json::parse(text).at(name).at("data_offsets")[0];
+  f.seekp(std::streamoff(8 + length + begin + offset));
+  f.write(static_cast<const char*>(bytes), std::streamsize(count));
+  ASSERT_TRUE(f.good()) << path;
 }
 
 template <class T>

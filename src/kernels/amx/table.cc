@@ -18,6 +18,7 @@ const KernelTable amx_kernels = {
     // nullptr: the AVX-512 tier's (dispatch.cc fills them in).
     .convert_f32_to_bf16 = nullptr,
     .convert_bf16_to_f32 = nullptr,
+    .convert_fp8_e4m3_to_f32 = nullptr,
     .convert_f32_to_f16 = nullptr,
     .rmsnorm = nullptr,
     .norm_rope = nullptr,

@@ -13,6 +13,10 @@ void convert_bf16_to_f32(const bf16* x, float* out, int64_t count) {
   for (int64_t i = 0; i < count; ++i) out[i] = bf16_to_f32(x[i]);
 }
 
+void convert_fp8_e4m3_to_f32(const uint8_t* codes, float scale, float* out, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) out[i] = fp8_e4m3_to_f32(codes[i]) * scale;
+}
+
 void convert_f32_to_f16(const float* x, f16* out, int64_t count) {
   for (int64_t i = 0; i < count; ++i) out[i] = f32_to_f16(x[i]);
 }

@@ -8,6 +8,7 @@ namespace ellm::scalar {
 
 ConvertF32ToBf16Fn convert_f32_to_bf16;
 ConvertBf16ToF32Fn convert_bf16_to_f32;
+ConvertFp8ToF32Fn convert_fp8_e4m3_to_f32;
 ConvertF32ToF16Fn convert_f32_to_f16;
 RmsnormFn rmsnorm;
 NormRopeFn norm_rope;

@@ -8,6 +8,7 @@ namespace ellm {
 const KernelTable scalar_kernels = {
     .convert_f32_to_bf16 = scalar::convert_f32_to_bf16,
     .convert_bf16_to_f32 = scalar::convert_bf16_to_f32,
+    .convert_fp8_e4m3_to_f32 = scalar::convert_fp8_e4m3_to_f32,
     .convert_f32_to_f16 = scalar::convert_f32_to_f16,
     .rmsnorm = scalar::rmsnorm,
     .norm_rope = scalar::norm_rope,

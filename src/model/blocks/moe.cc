@@ -43,6 +43,10 @@ MoeWeights load_moe(TensorLoader& load, const std::string& p, const MoeSpec& s, 
   MoeWeights w;
   w.router = load.matrix_f32(p + "gate.weight", E, H);
   const bool fused = store.find(p + "experts.gate_up_proj") != nullptr;
+  if (fused && store.get(p + "experts.gate_up_proj").dtype == Dtype::f8_e4m3)
+    fail(store.file_for(p + "experts.gate_up_proj"),
+         "'" + p + "experts.gate_up_proj' is F8_E4M3: FP8 experts are read one tensor each "
+         "(experts.N.gate_proj.weight ...), as Qwen's FP8 checkpoints store them, not fused");
   for (int64_t e = 0; e < E; ++e) {
     SwiGluWeights& expert = w.experts.emplace_back();
     if (fused) {  // gate_up_proj [E][2F][H], gate rows first; down_proj [E][H][F]

@@ -43,6 +43,25 @@ std::vector<int64_t> int64_buffer(const SafetensorsStore& store, const std::stri
   return out;
 }
 
+// The one scale of an E4M3 table: a finite positive F32, BF16 or F16 value, shape [] or [1].
+float table_scale(const SafetensorsStore& store, const std::string& name, const std::string& shard) {
+  const TensorInfo* t = store.find(name);
+  if (!t)
+    fail(store.file_for(shard), "the n-gram table's shards are F8_E4M3 but its scale '" + name + "' is missing");
+  const bool one = t->shape.empty() || t->shape == std::vector<int64_t>{1};
+  float v = NAN;
+  if (one && t->dtype == Dtype::f32) std::memcpy(&v, t->data, sizeof v);
+  if (one && t->dtype == Dtype::bf16) v = bf16_to_f32(bf16(t->data[0] | t->data[1] << 8));
+  if (one && t->dtype == Dtype::f16) v = f16_to_f32(f16(t->data[0] | t->data[1] << 8));
+  if (!one || (t->dtype != Dtype::f32 && t->dtype != Dtype::bf16 && t->dtype != Dtype::f16))
+    fail(t->file->path(), "the n-gram table's scale '" + name + "' is " + t->dtype_name + " " +
+                              shape_string(t->shape) + ", expected one F32 or BF16 value");
+  if (!(v > 0) || !std::isfinite(v))
+    fail(t->file->path(), "the n-gram table's scale '" + name + "' is " + std::to_string(v) +
+                              ": it must be finite and positive");
+  return v;
+}
+
 std::string list(const std::vector<int64_t>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -101,25 +120,39 @@ std::unique_ptr<NgramEmbeddingWeights> load_ngram_embedding(TensorLoader& load, 
                "(vocab_size, seed, ngram_vocab_size_base, heads_per_ngram) gives " + list(*derived));
   }
 
-  // The table: its shards in order, each [rows][row_dim] BF16, left in the mapping.
+  // The table: its shards in order, each [rows][row_dim] BF16 or E4M3, left in the mapping.
   w.shard_start.push_back(0);
+  const std::string table = e + "ngram_embedding.", first = table + "shard_0.weight";
   for (int64_t k = 0; k < shards; ++k) {
-    const std::string name = e + "ngram_embedding.shard_" + std::to_string(k) + ".weight";
+    const std::string name = table + "shard_" + std::to_string(k) + ".weight";
     const TensorInfo* t = store.find(name);
     if (!t) fail(store.file_for(name), "missing n-gram table shard '" + name + "' (split_ngram_parts is " +
                                            std::to_string(shards) + ")");
-    if (t->dtype != Dtype::bf16 || t->shape.size() != 2 || t->shape[1] != D)
-      fail(t->file->path(), "n-gram table shard '" + name + "' is " + t->dtype_name + " " +
-                                shape_string(t->shape) + ", expected BF16 [rows, " + std::to_string(D) + "]");
-    w.shards.push_back(reinterpret_cast<const bf16*>(t->data));
+    if ((t->dtype != Dtype::bf16 && t->dtype != Dtype::f8_e4m3) || t->shape.size() != 2 || t->shape[1] != D)
+      fail(t->file->path(), "n-gram table shard '" + name + "' is " + t->dtype_name + " " + shape_string(t->shape) +
+                                ", expected BF16 or F8_E4M3 [rows, " + std::to_string(D) + "]");
+    if (k == 0) w.table_dtype = t->dtype;
+    if (t->dtype != w.table_dtype)
+      fail(t->file->path(), "n-gram table shard '" + name + "' is " + t->dtype_name + " but shard 0 is " +
+                                store.get(first).dtype_name);
+    w.shards.push_back(t->data);
     w.shard_start.push_back(w.shard_start.back() + t->shape[0]);
     w.table.add(t->data, t->bytes, *t->file);
   }
+  w.row_bytes = size_t(D) * (w.table_dtype == Dtype::bf16 ? sizeof(bf16) : 1);
+  if (w.table_dtype == Dtype::f8_e4m3) w.table_scale = table_scale(store, table + "weight_scale", first);
   if (w.shard_start.back() != w.hash.rows)
     fail(store.file_for(e + "ngram_embedding.shard_0.weight"),
          "the n-gram table's " + std::to_string(shards) + " shards hold " +
              std::to_string(w.shard_start.back()) + " rows, but the config gives " + std::to_string(w.hash.rows));
   return owned;
+}
+
+void widen_table_row(const NgramEmbeddingWeights& w, const uint8_t* row, int64_t row_dim, float* out) {
+  if (w.table_dtype == Dtype::f8_e4m3)
+    convert_fp8_e4m3_to_f32(row, w.table_scale, out, row_dim);
+  else
+    convert_bf16_to_f32(reinterpret_cast<const bf16*>(row), out, row_dim);
 }
 
 void plan_ngram_embedding(ActivationPlan& plan, NgramEmbeddingBuffers& b, const NgramEmbeddingSpec& s,
@@ -179,25 +212,23 @@ void ngram_embedding(BlockContext& ctx, const NgramEmbeddingSpec& s, const Ngram
         const int64_t row = int64_t(mix % uint64_t(w.hash.sizes[head])) + w.hash.offsets[head];
         const int64_t shard =
             std::upper_bound(w.shard_start.begin(), w.shard_start.end(), row) - w.shard_start.begin() - 1;
-        b.row_at[t * heads + head] =
-            reinterpret_cast<const uint8_t*>(w.shards[shard] + (row - w.shard_start[shard]) * D);
+        b.row_at[t * heads + head] = w.shards[shard] + size_t(row - w.shard_start[shard]) * w.row_bytes;
       }
     }
   }
 
   // The rows gathered, a prompt's read ahead first and split among the members, so that the
   // page faults of a cold table overlap.                                 emb: [n][E]
-  const size_t row_bytes = size_t(D) * sizeof(bf16);
-  ctx.profiler.time(Op::embed, 0, double(n * E) * sizeof(bf16), [&] {
+  ctx.profiler.time(Op::embed, 0, double(n * heads) * double(w.row_bytes), [&] {
     auto gather = [&](int64_t begin, int64_t end) {
       const FaultCounter faults;
       for (int64_t t = begin; t < end; ++t)
         for (int64_t head = 0; head < heads; ++head)
-          convert_bf16_to_f32(reinterpret_cast<const bf16*>(b.row_at[t * heads + head]), b.emb + (t * heads + head) * D, D);
+          widen_table_row(w, b.row_at[t * heads + head], D, b.emb + (t * heads + head) * D);
       faults.add_to(w.table, uint64_t(end - begin));
     };
     if (n < kReadAheadTokens) return gather(0, n);
-    w.table.read_ahead(b.row_at, size_t(n * heads), row_bytes, b.pages);
+    w.table.read_ahead(b.row_at, size_t(n * heads), w.row_bytes, b.pages);
     ctx.rows(n, gather);
   });
 

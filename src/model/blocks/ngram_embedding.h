@@ -14,10 +14,11 @@
 //   gv_s     = gate_s value;   c = silu(causal conv over time of rmsnorm_s(gv) * norm_conv:
 //              depthwise, `taps` taps `dilation` (= n) tokens apart, no bias)
 //   X_s      = X_s + gv_s + c_s
-// The table stays in the mapped checkpoint (its shards, in order, as one table of BF16 rows);
-// a token reads its heads' rows only. Per slot the module keeps a sliding window of the last
-// (taps - 1) dilation tokens (RecurrentShape::windows): each row holds a token's normed gv (the
-// conv's history) and its id (the hash context). All FP32, the same code on every tier.
+// The table stays in the mapped checkpoint (its shards, in order, as one table of BF16 rows, or
+// of E4M3 rows with one scale for the whole table); a token reads its heads' rows only. Per
+// slot the module keeps a sliding window of the last (taps - 1) dilation tokens
+// (RecurrentShape::windows): each row holds a token's normed gv (the conv's history) and its id
+// (the hash context). All FP32, the same code on every tier.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -61,14 +62,23 @@ struct NgramEmbeddingWeights {
   Buffer<float> norm_key, norm_query, norm_conv;  // [streams hidden]  (1 + w)
   Buffer<float> conv;        // [taps][streams hidden]
   NgramHash hash;
-  std::vector<const bf16*> shards;  // in the mapped checkpoint: [shard rows][row_dim] each
+  // The table, in the mapped checkpoint: [shard rows][row_dim] elements of table_dtype each
+  // (bf16, or f8_e4m3 whose values are code x table_scale).
+  std::vector<const uint8_t*> shards;
   std::vector<int64_t> shard_start;  // [shards + 1]  the first table row of each
+  Dtype table_dtype = Dtype::bf16;
+  float table_scale = 1.0f;
+  size_t row_bytes = 0;              // a row's bytes in the shards
   MappedTable table;                 // the shards' pages: residency, read-ahead, faults
 };
 
+// A table row (row_dim elements at `row`) as FP32 values, the same bits on every tier.
+void widen_table_row(const NgramEmbeddingWeights& w, const uint8_t* row, int64_t row_dim, float* out);
+
 // <prefix>key_proj, value_proj, norm_key, norm_query, norm_conv, conv1d (.weight); the table
 // <prefix>ple_embedding.ngram_embedding.shard_K.weight, K = 0 .. `shards` - 1, mapped, not
-// copied; the int64 buffers ple_embedding.{layer_multipliers, ngram_heads_vocab_sizes,
+// copied (E4M3 shards with the table's scale ple_embedding.ngram_embedding.weight_scale, one
+// value); the int64 buffers ple_embedding.{layer_multipliers, ngram_heads_vocab_sizes,
 // ngram_heads_offsets}, checked against the config's constants.
 std::unique_ptr<NgramEmbeddingWeights> load_ngram_embedding(TensorLoader& load, const std::string& prefix,
                                            const NgramEmbeddingSpec& spec, int64_t shards);

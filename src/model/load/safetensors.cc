@@ -258,7 +258,8 @@ void write_safetensors(const std::string& path, const std::vector<TensorSpec>& s
 }
 
 void write_safetensors_bytes(const std::string& path, const std::vector<TensorSpec>& specs,
-                             const std::vector<size_t>& tensor_ids, const TensorBytesFill& fill) {
+                             const std::vector<size_t>& tensor_ids, const TensorBytesFill& fill,
+                             const std::function<bool(size_t tensor)>& hole) {
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
@@ -291,11 +292,23 @@ void write_safetensors_bytes(const std::string& path, const std::vector<TensorSp
     buffer.resize(size_t(kChunk) * element);
     int64_t total = 1;
     for (int64_t d : specs[id].shape) total *= d;
+    if (hole && hole(id)) {
+      if (fseeko(out, off_t(uint64_t(total) * element), SEEK_CUR) != 0) {
+        std::fclose(out);
+        fail(path, std::string("cannot seek past tensor '") + specs[id].name + "' (" + std::strerror(errno) + ")");
+      }
+      continue;
+    }
     for (int64_t first = 0; first < total; first += kChunk) {
       int64_t n = std::min(kChunk, total - first);
       fill(id, first, n, buffer.data());
       write(buffer.data(), size_t(n) * element);
     }
+  }
+  // A hole at the end is not in the file until its size says so.
+  if (std::fflush(out) != 0 || ftruncate(fileno(out), off_t(8 + len + offset)) != 0) {
+    std::fclose(out);
+    fail(path, std::string("write failed (") + std::strerror(errno) + ")");
   }
   if (std::fclose(out) != 0) fail(path, "write failed (disk full?)");
 }

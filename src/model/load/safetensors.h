@@ -95,10 +95,12 @@ void write_safetensors(const std::string& path, const std::vector<TensorSpec>& s
                        const std::vector<size_t>& tensor_ids, const TensorFill& fill);
 
 // The same for tensors of any dtype of dtype_size(): fill writes `count` elements of the
-// tensor's own dtype as bytes.
+// tensor's own dtype as bytes. A tensor for which `hole` is true is not written at all: the
+// file skips its bytes (a hole of a sparse file: zeros that take no disk).
 using TensorBytesFill =
     std::function<void(size_t tensor, int64_t first, int64_t count, uint8_t* out)>;
 void write_safetensors_bytes(const std::string& path, const std::vector<TensorSpec>& specs,
-                             const std::vector<size_t>& tensor_ids, const TensorBytesFill& fill);
+                             const std::vector<size_t>& tensor_ids, const TensorBytesFill& fill,
+                             const std::function<bool(size_t tensor)>& hole = {});
 
 }  // namespace ellm

@@ -113,9 +113,19 @@ Buffer<float> TensorLoader::conv_weight(const std::string& name, int64_t channel
 }
 
 Buffer<float> TensorLoader::matrix_f32(const std::string& name, int64_t rows, int64_t cols) {
-  const TensorInfo& t = tensor(name, {rows, cols});
+  const TensorInfo& t = tensor(name, {rows, cols}, /*allow_fp8=*/true);
   Buffer<float> out = make_buffer<float>(size_t(rows * cols));
-  for (int64_t i = 0; i < rows * cols; ++i) out[i] = element_f32(t, i);
+  if (t.dtype == Dtype::f8_e4m3) {
+    const std::vector<float> factors = fp8_factors(t);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      if ((t.data[i] & 0x7f) == 0x7f)
+        fail(t.file->path(), "tensor '" + name + "' holds an FP8 NaN at [" + std::to_string(i / cols) +
+                                 ", " + std::to_string(i % cols) + "]");
+      out[i] = fp8_value(t, factors, i);
+    }
+  } else {
+    for (int64_t i = 0; i < rows * cols; ++i) out[i] = element_f32(t, i);
+  }
   bytes_ += size_t(rows * cols) * sizeof(float);
   done(t);
   return out;
@@ -267,15 +277,12 @@ PackedWeights TensorLoader::packed_int4(const std::vector<std::string>& names, c
 
 // Weight t as BF16 values (FP8: code x factor, rounded).
 void TensorLoader::to_bf16(const TensorInfo& t, bf16* out) {
-  const int64_t count = t.elements(), k = t.shape[1];
+  const int64_t count = t.elements();
   if (t.dtype == Dtype::bf16) {
     std::memcpy(out, t.data, size_t(count) * 2);
   } else if (t.dtype == Dtype::f8_e4m3) {
     std::vector<float> factors = fp8_factors(t);
-    const int64_t k_blocks = (k + kFp8BlockK - 1) / kFp8BlockK;
-    for (int64_t i = 0; i < count; ++i)
-      out[i] = f32_to_bf16(fp8_e4m3_to_f32(t.data[i]) *
-                           factors[(i / k / kFp8BlockK) * k_blocks + i % k / kFp8BlockK]);
+    for (int64_t i = 0; i < count; ++i) out[i] = f32_to_bf16(fp8_value(t, factors, i));
   } else {
     for (int64_t i = 0; i < count; ++i) out[i] = f32_to_bf16(element_f32(t, i));
   }
@@ -287,16 +294,12 @@ void TensorLoader::quantise_int4(const TensorInfo& t, int64_t row0, PackedWeight
   const int64_t rows = t.shape[0], k = w.k, step = 32;
   std::vector<float> factors;
   if (t.dtype == Dtype::f8_e4m3) factors = fp8_factors(t);
-  const int64_t k_blocks = (k + kFp8BlockK - 1) / kFp8BlockK;
   std::vector<float> values(size_t(step * k));
   for (int64_t r0 = 0; r0 < rows; r0 += step) {
     const int64_t count = std::min(step, rows - r0);
     for (int64_t i = 0; i < count * k; ++i) {
       const int64_t e = r0 * k + i;
-      values[i] = factors.empty()
-                      ? element_f32(t, e)
-                      : fp8_e4m3_to_f32(t.data[e]) *
-                            factors[(e / k / kFp8BlockK) * k_blocks + e % k / kFp8BlockK];
+      values[i] = factors.empty() ? element_f32(t, e) : fp8_value(t, factors, e);
       if (!std::isfinite(values[i]))
         fail(t.file->path(), "tensor '" + t.name + "' holds a non-finite value at [" +
                                  std::to_string(e / k) + ", " + std::to_string(e % k) +
@@ -333,6 +336,12 @@ std::vector<float> TensorLoader::fp8_factors(const TensorInfo& t) {
   }
   store_.release(*s);
   return factors;
+}
+
+// Element e of FP8 weight t [rows][k]: its code times its 128x128 block's factor.
+float TensorLoader::fp8_value(const TensorInfo& t, const std::vector<float>& factors, int64_t e) {
+  const int64_t k = t.shape[1], k_blocks = (k + kFp8BlockK - 1) / kFp8BlockK;
+  return fp8_e4m3_to_f32(t.data[e]) * factors[(e / k / kFp8BlockK) * k_blocks + e % k / kFp8BlockK];
 }
 
 // FP8 weight t as rows [row0, row0 + rows) of w.

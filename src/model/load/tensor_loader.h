@@ -41,6 +41,8 @@ class TensorLoader {
   Buffer<float> vector_f32_plus_one(const std::string& name, int64_t n);
   // conv1d.weight [channels][1][taps] as [taps][channels].
   Buffer<float> conv_weight(const std::string& name, int64_t channels, int64_t taps);
+  // A matrix the forward multiplies in FP32; an F8_E4M3 one (an FP8 checkpoint's) as code x its
+  // block's factor.
   Buffer<float> matrix_f32(const std::string& name, int64_t rows, int64_t cols);
   // Packs the row-wise concatenation of tensors names[i] ([rows[i]][k] each) as one matrix: as
   // INT4 when a part is a 4-bit module; INT4 when quantising to INT4 (`quantizable`: a decoder
@@ -72,6 +74,7 @@ class TensorLoader {
   void to_bf16(const TensorInfo& t, bf16* out);
   void quantise_int4(const TensorInfo& t, int64_t row0, PackedWeights& w);
   std::vector<float> fp8_factors(const TensorInfo& t);
+  static float fp8_value(const TensorInfo& t, const std::vector<float>& factors, int64_t e);
   void copy_fp8(const TensorInfo& t, int64_t row0, PackedWeights& w);
   void quantise(const TensorInfo& t, int64_t row0, PackedWeights& w);
 
