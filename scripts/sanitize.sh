@@ -14,12 +14,12 @@ kind=${1:-}
 root=$PWD
 # The server's end-to-end tests that drive its threads: routes, disconnects and SIGTERM, load,
 # hostile clients, sessions, n choices. ASan adds the openai and anthropic clients (the Messages
-# API's translation of untrusted bodies) and the parsers of untrusted output (grammar, tool
+# and Responses APIs' translations of untrusted bodies) and the parsers of untrusted output (grammar, tool
 # calls); TSan has nothing to find in those that the others miss.
 e2e='server_api|load|hostile|sessions|choices'
 case "$kind" in
   asan)
-    e2e="$e2e|server_openai|anthropic_api|structured_output|streamed_tool_calls"
+    e2e="$e2e|server_openai|anthropic_api|responses_api|structured_output|streamed_tool_calls"
     flags="-DELLM_SANITIZE=ON -DELLM_FUZZ=ON"
     export CXX=clang++
     targets="ellm test_base test_kernels test_model test_text test_grammar test_engine test_server"
@@ -43,6 +43,7 @@ echo "-- $kind build: $(( $(date +%s) - built ))s"
 tested=$(date +%s)
 [ -d tests/e2e/node_modules/openai ] || e2e=${e2e/server_openai|/}
 [ -d tests/e2e/node_modules/@anthropic-ai/sdk ] || e2e=${e2e/anthropic_api|/}
+[ -d tests/e2e/node_modules/openai ] || e2e=${e2e/responses_api|/}
 e2e="^e2e_test_($e2e)\$"
 
 rm -rf "$logs" && mkdir -p "$logs"
