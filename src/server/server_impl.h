@@ -1,5 +1,6 @@
 #pragma once
-// Server internals shared by server.cc (routing, lifecycle, small routes), completions.cc
+// Server internals shared by server.cc (routing, lifecycle, small routes), chat_prompt.cc (a chat request's
+// prompt, constraint and parser), completions.cc
 // (chat and text completions, streaming and not), messages.cc (the Anthropic Messages API) and
 // responses_api.cc (the Responses API).
 #include <atomic>
