@@ -341,6 +341,27 @@ void print_hybrid_prefill(const std::vector<json>& rows, const json& machine) {
   }
 }
 
+// A model that reads a table in place (the n-gram table): per prefill, the table's resident share
+// and the page faults per token its gathers took; the cold prefill against the warm one.
+void print_table_prefill(const std::vector<json>& rows) {
+  bool header = false;
+  for (const json& r : rows) {
+    if (!r.contains("table_bytes")) continue;
+    if (!header) {
+      std::printf("\n%-20s %7s %12s %10s %12s %12s %14s\n", "run", "tokens", "table GiB", "resident",
+                  "major/token", "minor/token", "cold/warm time");
+      header = true;
+    }
+    std::printf("%-20s %7lld %12.1f %9.2f%% %12.2f %12.2f %14s\n", r["kind"].get<std::string>().c_str(),
+                (long long)r["tokens"].get<int64_t>(), r["table_bytes"].get<double>() / (1u << 30),
+                100 * r["table_resident_share"].get<double>(), r["table_major_faults_per_token"].get<double>(),
+                r["table_minor_faults_per_token"].get<double>(),
+                r.contains("cold_seconds_over_warm")
+                    ? (std::to_string(r["cold_seconds_over_warm"].get<double>()).substr(0, 4) + "x").c_str()
+                    : "");
+  }
+}
+
 void print_table(const std::vector<json>& rows, const json& machine) {
   std::printf("\nmachine: %s, %d threads, peak %.0f GFLOP/s (BF16), %.0f GFLOP/s (FP32 FMA), read bandwidth %.1f GB/s\n",
               machine["isa"].get<std::string>().c_str(), machine["threads"].get<int>(),
@@ -349,7 +370,7 @@ void print_table(const std::vector<json>& rows, const json& machine) {
   std::printf("\n%-20s %7s %7s %10s %9s %12s %10s %12s %10s %10s\n", "run", "batch", "tokens", "tokens/s",
               "TTFT s", "GEMM TF/s", "GEMM %pk", "%GEMM-bound", "attn %time", "other %time");
   for (const json& r : rows) {
-    if (r["kind"] != "prefill") continue;
+    if (r["kind"] != "prefill" && r["kind"] != "prefill_cold_table") continue;
     const double attention_share = r.value("/attention/share_of_time"_json_pointer, 0.0);
     std::printf("%-20s %7d %7lld %10.1f %9.3f %12.3f %9.1f%% %11.1f%% %9.1f%% %9.1f%%\n", label(r).c_str(), 1,
                 (long long)r["tokens"].get<int64_t>(), r["tokens_per_s"].get<double>(),
@@ -359,10 +380,11 @@ void print_table(const std::vector<json>& rows, const json& machine) {
                 100 * (1 - r.value("/gemm/share_of_time"_json_pointer, 0.0) - attention_share));
   }
   print_hybrid_prefill(rows, machine);
+  print_table_prefill(rows);
   std::printf("\n%-20s %7s %7s %10s %12s %10s %10s %10s %10s\n", "run", "batch", "context",
               "tokens/s", "MB/step", "GB/s", "read GB/s", "% of read", "whole run");
   for (const json& r : rows) {
-    if (r["kind"] == "prefill") continue;
+    if (r["kind"] == "prefill" || r["kind"] == "prefill_cold_table") continue;
     std::printf("%-20s %7lld %7lld %10.1f %12.1f %10.1f %10.1f %9.1f%% %9.1f%%\n",
                 label(r).c_str(), (long long)r["batch"].get<int64_t>(),
                 (long long)r["context"].get<int64_t>(), r["tokens_per_s"].get<double>(),
