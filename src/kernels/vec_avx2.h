@@ -100,6 +100,16 @@ struct Avx2Vec {
   // included, since FP16 has the same subnormal step relative to its bias); F16C widens those.
   // (Widening straight to FP32 bits needs a multiply that meets denormal FP32 inputs for
   // exponent-0 codes: on AMD EPYC that ran blocks holding any at a third of the speed.)
+  // This is the cheapest exact widening found; on AMD EPYC Zen 3 the decode product is bound by
+  // its instruction count (about 13.5 GB/s of codes per core in cache, BF16 43 GB/s of weights).
+  // Measured there and slower or no faster: FP32 bits by integer ops (sign-extend to 32 bits,
+  // shift, mask, or in the exponent bias: 14.5 GB/s even without exponent-0 codes, 12.4 with a
+  // per-16-codes test for them and this path as fallback); bytes unpacked in lane then shifted
+  // (13.5); vpmaddubsw by 128 as sign-extend-and-shift of even and odd codes (13.4); half of the
+  // codes each way (13.0); the FP16 words stored and converted from memory instead of extracted
+  // (12.4). The F16C conversions set the pace (2 cycles per 8 codes there); an exact widening
+  // without them needs the exponent-0 codes handled, so at least 4 instructions per 8 codes.
+  // tests/kernels/fp8_bits_test.cc pins every code's and every product's bits.
   static void load_fp8_x2(const uint8_t* p, F& lo, F& hi) {
     __m256i h = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     h = _mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16(int16_t(0xbf80)));
