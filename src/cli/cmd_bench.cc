@@ -494,6 +494,7 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--json", json_path, "also write the JSON lines to this file");
   add_quantize_option(app);
   add_mlock_table_option(app);
+  add_rope_scaling_option(app);
   std::string activations = "auto";
   app.add_option("--activations", activations,
                  "inputs of INT4 products, comma-separated to run each: bf16, int8, auto (int8 "
@@ -504,6 +505,7 @@ int cmd_bench(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  const RopeScaling rope_scaling = rope_scaling_requested(app);
   if (threads <= 0) threads = physical_core_count();
   std::unique_ptr<BusyProcess> busy_process;
   if (busy) busy_process = std::make_unique<BusyProcess>();  // while this process is small
@@ -533,6 +535,7 @@ int cmd_bench(int argc, char** argv) {
   limits.chunk_size = longest;
   limits.threads = threads;
   limits.lock_mapped_table = mlock_table_requested(app);
+  limits.rope_scaling = rope_scaling;
   // Its own team and buffer, made before the model takes the memory.
   ThreadTeam probe_team(threads, /*pin=*/true, /*adaptive=*/false);
   ReadBandwidthProbe probe(probe_team, read_probe_bytes());

@@ -21,6 +21,7 @@
 #include "tools/make_model.h"
 #include "tools/make_qwen4exp.h"
 #include "model/model.h"
+#include "model/rope.h"
 
 namespace ellm {
 namespace {
@@ -153,6 +154,19 @@ ActivationDtype activations_requested(const CLI::App& app) {
   return value == "bf16" ? ActivationDtype::bf16 : value == "int8" ? ActivationDtype::int8 : ActivationDtype::automatic;
 }
 
+void add_rope_scaling_option(CLI::App& app) {
+  app.add_option("--rope-scaling", "YaRN over the model's RoPE: yarn:FACTOR[:ORIGINAL], ORIGINAL the "
+                                   "pre-YaRN window (default: the config's max_position_embeddings), "
+                                   "e.g. yarn:4 for 1M positions of Qwen3.5+, yarn:4:32768 for 131k of "
+                                   "Qwen3; none: as the config says");
+}
+
+RopeScaling rope_scaling_requested(const CLI::App& app) {
+  const CLI::Option* option = app.get_option("--rope-scaling");
+  if (option->count() == 0) return {};
+  return parse_rope_scaling_flag(option->as<std::string>(), "--rope-scaling");
+}
+
 int cmd_make_model(int argc, char** argv) {
   CLI::App app{"Write a random-weight Qwen3, Qwen3.5 or Qwen3.8-Flash-Next model in Hugging Face layout",
                "make-model"};
@@ -197,7 +211,9 @@ int cmd_logits(int argc, char** argv) {
   app.add_option("--threads", limits.threads, "worker threads (default: one per core)");
   add_quantize_option(app);
   add_activations_option(app);
+  add_rope_scaling_option(app);
   if (int code = parse(app, argc, argv); code >= 0) return code;
+  limits.rope_scaling = rope_scaling_requested(app);
   limits.quantize_fp8 = quantize_fp8_requested(app);
   limits.quantize_int4 = quantize_int4_requested(app);
   limits.activations = activations_requested(app);
@@ -253,7 +269,9 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("--threads", limits.threads, "worker threads (default: one per core)");
   add_quantize_option(app);
   add_activations_option(app);
+  add_rope_scaling_option(app);
   if (int code = parse(app, argc, argv); code >= 0) return code;
+  limits.rope_scaling = rope_scaling_requested(app);
   limits.quantize_fp8 = quantize_fp8_requested(app);
   limits.quantize_int4 = quantize_int4_requested(app);
   limits.activations = activations_requested(app);

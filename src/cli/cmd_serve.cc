@@ -17,6 +17,7 @@
 #include "engine/engine.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "model/rope.h"
 #include "server/output_parser.h"
 #include "server/server.h"
 #include "text/chat_template.h"
@@ -106,7 +107,8 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--served-model-name", served_name, "model name clients use (default: the folder name)");
   app.add_option("--api-key", api_key, "require 'Authorization: Bearer KEY' on /v1 routes");
   app.add_option("--sequence-length", sequence_length,
-                 "tokens per slot (default: 4096, or max_position_embeddings if smaller)");
+                 "tokens per slot (default: 4096, or the model's window if smaller: max_position_embeddings, "
+                 "or the original window times the YaRN factor)");
   app.add_option("--batch-size", batch_size, "slots: sequences generated at once")->capture_default_str();
   app.add_option("--chunk-size", chunk_size, "largest prefill pass (default: the sequence length, no chunking)");
   app.add_option("--threads", threads, "worker threads (default: one per physical core)");
@@ -119,6 +121,7 @@ int cmd_serve(int argc, char** argv) {
   add_quantize_option(app);
   add_activations_option(app);
   add_mlock_table_option(app);
+  add_rope_scaling_option(app);
   app.add_option("--chat-template", chat_template_file, "Jinja file replacing the model's chat template");
   app.add_option("--tool-call-parser", tool_parser, "hermes, qwen3_coder or none (default: from the template)");
   app.add_option("--max-body-size", max_body, "largest request body, e.g. 8M")->capture_default_str();
@@ -198,14 +201,20 @@ int cmd_serve(int argc, char** argv) {
 
   if (served_name.empty()) served_name = folder_name(model_path);
   ModelConfig config = load_model_config(model_path);
-  if (sequence_length <= 0)
-    sequence_length = config.max_position_embeddings > 0 ? std::min<int64_t>(4096, config.max_position_embeddings) : 4096;
+  const RopeScaling rope_scaling = rope_scaling_requested(app);
+  apply_rope_scaling(config, rope_scaling);
+  const int64_t window = config.context_window();
+  if (sequence_length <= 0) sequence_length = window > 0 ? std::min<int64_t>(4096, window) : 4096;
+  if (window > 0 && sequence_length > window)
+    log_warn("serve: --sequence-length " + std::to_string(sequence_length) + " is beyond the model's window of " +
+             std::to_string(window) + " positions (RoPE past it is extrapolated; see --rope-scaling)");
   if (batch_size < 1) throw Error("serve --batch-size: must be at least 1");
   if (max_queue < 0) throw Error("serve --max-queue: must not be negative");
   if (!(max_decode_stall_ms >= 0)) throw Error("serve --max-decode-stall-ms: must not be negative");
 
   ServingLimits limits;
   limits.sequence_length = sequence_length;
+  limits.rope_scaling = rope_scaling;
   limits.batch_size = batch_size;
   limits.chunk_size = chunk_size;
   limits.threads = threads;

@@ -10,6 +10,7 @@ class App;
 namespace ellm {
 
 enum class ActivationDtype;  // model/model.h
+struct RopeScaling;          // model/config.h
 
 // --quantize none|fp8|int4 (serve, bench, logits, generate; cmd_model.cc): BF16 linear weights
 // to FP8 or INT4 at load. quantize_fp8_requested(app) after parsing: whether fp8 was asked for.
@@ -22,6 +23,10 @@ bool quantize_int4_requested(const CLI::App& app);
 // products (model.h Activations); activations_requested(app) after parsing.
 void add_activations_option(CLI::App& app);
 ActivationDtype activations_requested(const CLI::App& app);
+// --rope-scaling yarn:FACTOR[:ORIGINAL] (serve, bench, logits, generate; cmd_model.cc): YaRN for a
+// folder whose config does not carry it; rope_scaling_requested(app) after parsing.
+void add_rope_scaling_option(CLI::App& app);
+RopeScaling rope_scaling_requested(const CLI::App& app);
 
 int cmd_make_model(int argc, char** argv);  // cmd_model.cc
 int cmd_logits(int argc, char** argv);      // cmd_model.cc

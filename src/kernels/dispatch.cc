@@ -63,11 +63,11 @@ void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float
   kernel_table(active_isa()).rmsnorm(x, rows, dim, ldx, weight, eps, out, ldo);
 }
 
-void rope_angles(int64_t pos, const float* inv_freq, int64_t half, float* cos, float* sin) {
+void rope_angles(int64_t pos, const float* inv_freq, int64_t half, float scale, float* cos, float* sin) {
   for (int64_t i = 0; i < half; ++i) {
     float angle = float(pos) * inv_freq[i];
-    cos[i] = std::cos(angle);
-    sin[i] = std::sin(angle);
+    cos[i] = std::cos(angle) * scale;
+    sin[i] = std::sin(angle) * scale;
   }
 }
 

@@ -116,10 +116,11 @@ void convert_f32_to_f16(const float* x, f16* out, int64_t count);  // f32_to_f16
 void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight, float eps,
              float* out, int64_t ldo);
 
-// The angles of rotate-half RoPE (HF Qwen3) at position pos: cos[i] = cos(pos * inv_freq[i]),
-// sin[i] likewise, i < half = head_dim / 2; inv_freq[i] = theta^(-2i/head_dim). The same libm
-// code on every tier; a pass computes them once per token for all layers.
-void rope_angles(int64_t pos, const float* inv_freq, int64_t half, float* cos, float* sin);
+// The angles of rotate-half RoPE (HF Qwen3) at position pos: cos[i] = scale * cos(pos * inv_freq[i]),
+// sin[i] likewise, i < half = head_dim / 2; inv_freq[i] = theta^(-2i/head_dim) (or YaRN's), scale
+// YaRN's attention factor (1 without). The same libm code on every tier; a pass computes them
+// once per token for all layers.
+void rope_angles(int64_t pos, const float* inv_freq, int64_t half, float scale, float* cos, float* sin);
 
 // Qwen3's per-head q/k norm then RoPE: out[h] = rope(rmsnorm(x[h]) * weight) for h < n_heads.
 // x rows are head_dim long at stride head_dim; out rows at stride ldo (out may equal x, or point

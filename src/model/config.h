@@ -16,6 +16,18 @@ struct Int4Quantization {
   int64_t group_size = 0;   // inputs per factor; -1 (GPTQ): one group over all inputs
 };
 
+// RoPE scaling (rope_scaling / rope_parameters, or --rope-scaling): YaRN as transformers computes
+// it (_compute_yarn_parameters), static over the whole sequence; rope.h derives the frequencies.
+struct RopeScaling {
+  std::string type = "default";  // "default" or "yarn"
+  double factor = 1.0;
+  int64_t original_max_position_embeddings = 0;  // the pre-YaRN window; 0: max_position_embeddings
+  double beta_fast = 32, beta_slow = 1;
+  double attention_factor = 1.0;  // multiplies cos and sin of the rotated dims (resolved)
+  bool truncate = true;           // round the correction range outwards to whole dims
+  bool is_yarn() const { return type == "yarn"; }
+};
+
 struct ModelConfig {
   std::string architecture;  // Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3_5...
   std::string model_type;    // qwen3, qwen3_moe, qwen3_5, qwen3_5_moe, qwen3_5_moe_text
@@ -28,6 +40,7 @@ struct ModelConfig {
   int64_t intermediate_size = 0;  // dense MLP
   int64_t max_position_embeddings = 0;
   double rope_theta = 1000000.0;
+  RopeScaling rope_scaling;
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
   // Mixture of experts (Qwen3-MoE); num_experts == 0 for dense models.
@@ -60,6 +73,9 @@ struct ModelConfig {
   bool is_hybrid() const { return !linear_attention.empty(); }
   bool is_linear_layer(int64_t layer) const { return is_hybrid() && linear_attention[layer]; }
   int64_t rotary_dim() const { return int64_t(double(head_dim) * partial_rotary_factor); }
+  // The longest sequence the model is meant for: with YaRN, the original window times the factor
+  // (or max_position_embeddings, if larger).
+  int64_t context_window() const;
   // Gated DeltaNet: the conv channels (q | k | v) and the value width (z, the output).
   int64_t conv_dim() const {
     return 2 * linear_num_key_heads * linear_key_head_dim + linear_num_value_heads * linear_value_head_dim;

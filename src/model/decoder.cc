@@ -73,10 +73,8 @@ Decoder::Decoder(const ModelConfig& config, const ServingLimits& limits,
       team_(*team_owner_),
       ctx_(team_),
       load_start_(std::chrono::steady_clock::now()) {
-  // HF: inv_freq = 1 / theta^(arange(0, d, 2) / d) over the d rotary dims, in FP32.
-  const int64_t rd = config_.rotary_dim();
-  for (int64_t i = 0; i < rd / 2; ++i)
-    inv_freq_.push_back(1.0f / std::pow(float(config_.rope_theta), float(2 * i) / float(rd)));
+  apply_rope_scaling(config_, limits_.rope_scaling);
+  rope_ = rope_table(config_);
 }
 
 void Decoder::finish_load(const std::string& model_dir, DecoderWeights& weights,
@@ -89,6 +87,8 @@ void Decoder::finish_load(const std::string& model_dir, DecoderWeights& weights,
                  (limits_.quantize_int4 ? 0x4444444444444444ull : 0) ^
                  (limits_.quantize_int4 && limits_.int4_lm_head ? 0x4040404040404040ull : 0) ^
                  (int8_inputs ? 0x0808080808080808ull : 0);
+  // --rope-scaling rotates the KV otherwise than the folder's config says.
+  if (limits_.rope_scaling.is_yarn()) fingerprint_ ^= std::hash<std::string>{}(rope_format(config_));
   memory_ = SequenceMemory(memory, limits_);
   if (memory_.has_state()) {
     const size_t all_slots = state_bytes_per_slot() * size_t(limits_.batch_size);
@@ -267,8 +267,8 @@ void Decoder::commit_and_embed(const PassRows& r) {
       for (int64_t t = begin; t < end; ++t) {
         convert_bf16_to_f32(decoder_weights_->embedding + int64_t(tokens[t].token) * H, r.x + t * W, H);
         for (int64_t s = 1; s < streams_; ++s) std::copy_n(r.x + t * W, H, r.x + t * W + s * H);
-        rope_angles(tokens[t].position, inv_freq_.data(), rotary_half, r.rope_cos + t * half,
-                    r.rope_sin + t * half);
+        rope_angles(tokens[t].position, rope_.inv_freq.data(), rotary_half, rope_.attention_factor,
+                    r.rope_cos + t * half, r.rope_sin + t * half);
       }
     });
   });

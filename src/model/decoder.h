@@ -24,6 +24,7 @@
 #include "model/load/tensor_loader.h"
 #include "model/memory/sequence_memory.h"
 #include "model/model.h"
+#include "model/rope.h"
 
 namespace ellm {
 
@@ -129,7 +130,7 @@ class Decoder : public Model {
   float* rope_cos_;  // [T][head_dim / 2]  per token, shared by all layers
   float* rope_sin_;
   NormedRows normed_;  // [T][hidden], [T][widest_input]
-  std::vector<float> inv_freq_;  // [rotary_dim / 2]
+  RopeTable rope_;  // the frequencies of the rotary dims, YaRN's attention factor
   bool pass_open() const { return pass_.open; }
 
  private:

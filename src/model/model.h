@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/config.h"
 #include "model/load/mapped_table.h"
 
 namespace ellm {
@@ -51,6 +52,8 @@ struct ServingLimits {
   int64_t speculative_tokens = 0;
   bool mtp = false;
   bool lock_mapped_table = false;  // --mlock-table: pin a table read in place (the n-gram table)
+  // --rope-scaling yarn:FACTOR[:ORIGINAL]: YaRN over the config's own RoPE (type "default": none).
+  RopeScaling rope_scaling;
 };
 
 // One token of a pass. Tokens of the same slot appear in order with consecutive positions;

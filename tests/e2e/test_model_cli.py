@@ -111,6 +111,36 @@ def main():
                 "--activations", "fp4")
         check(r.returncode != 0 and "--activations" in r.stderr, "--activations fp4 is refused")
 
+        # YaRN: the folders that carry it, and --rope-scaling on the same weights without it
+        # (factor 4 over an original window of 32), pass the YaRN goldens; other rope types are a
+        # one-line error, from the flag or from config.json.
+        for name, plain in [("tiny-qwen3-yarn", "tiny-qwen3"), ("tiny-qwen35-yarn", "tiny-qwen35")]:
+            session = os.path.join(SHARED, "golden", name, "session.json")
+            for folder, flag in [(name, []), (plain, ["--rope-scaling", "yarn:4:32"])]:
+                out = os.path.join(tmp, folder + "-yarn.f32")
+                must("logits", "--model-path", os.path.join(SHARED, "models", folder), "--feeds", session,
+                     "--out", out, *flag)
+                check(golden_rule(name, out), f"{folder} {' '.join(flag)}: {name} golden rule through ellm logits")
+        qwen3 = os.path.join(SHARED, "models", "tiny-qwen3")
+        session = os.path.join(SHARED, "golden", "tiny-qwen3", "session.json")
+        for command in (["logits", "--feeds", session, "--out", os.path.join(tmp, "x.f32")],
+                        ["serve", "--port", "0"], ["bench"]):
+            r = run(*command, "--model-path", qwen3, "--rope-scaling", "longrope:4")
+            check(r.returncode != 0 and "rope type 'longrope' is not supported (supported: default, yarn)"
+                  in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+                  f"{command[0]} --rope-scaling longrope:4 is a one-line error: {r.stderr.strip()!r}")
+        longrope = os.path.join(tmp, "tiny-qwen3-longrope")
+        os.mkdir(longrope)
+        for f in os.listdir(qwen3):
+            os.symlink(os.path.join(qwen3, f), os.path.join(longrope, f))
+        config = json.load(open(os.path.join(qwen3, "config.json")))
+        config["rope_scaling"] = {"rope_type": "longrope", "factor": 4.0, "long_factor": [1.0], "short_factor": [1.0]}
+        os.remove(os.path.join(longrope, "config.json"))
+        json.dump(config, open(os.path.join(longrope, "config.json"), "w"))
+        r = run("logits", "--model-path", longrope, "--feeds", session, "--out", os.path.join(tmp, "x.f32"))
+        check(r.returncode != 0 and "rope type 'longrope' is not supported (supported: default, yarn)" in r.stderr,
+              f"a config with rope_type longrope is refused: {r.stderr.strip()!r}")
+
         # make-model: single file, sharded, MoE; the same seed gives the same weights.
         tiny, sharded, moe = (os.path.join(tmp, n) for n in ["tiny", "tiny-sharded", "tiny-moe"])
         must("make-model", "--preset", "tiny", "--seed", "3", "--out", tiny)

@@ -12,7 +12,8 @@ from server_harness import SHARED, Server, check  # noqa: E402
 
 def main():
     checked = 0
-    for name in ("tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen4exp"):
+    for name in ("tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen4exp",
+                 "tiny-qwen3-yarn", "tiny-qwen35-yarn"):
         golden = json.load(open(os.path.join(SHARED, "golden", name, "chat.json")))
         with Server(os.path.join(SHARED, "models", name), sequence_length=2048) as s:
             for case in golden["cases"]:

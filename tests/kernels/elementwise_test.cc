@@ -172,7 +172,7 @@ TEST(Elementwise, NormRopeMatchesScalar) {
     for (int64_t i = 0; i < half; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / head_dim);
     auto weight = random_floats(head_dim, 9, 0.5f, 1.5f);
     for (int64_t pos : {0, 1, 37, 40000}) {
-      rope_angles(pos, inv_freq.data(), half, cos.data(), sin.data());
+      rope_angles(pos, inv_freq.data(), half, 1.0f, cos.data(), sin.data());
       auto x = random_floats(heads * head_dim, 5);
       std::vector<float> normed(x.size());
       {

@@ -308,7 +308,8 @@ TEST_P(GoldenSession, ReleasedKvIsRecomputedIdentically) {
 INSTANTIATE_TEST_SUITE_P(Models, GoldenSession,
                          testing::Values("tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen3-fp8",
                                          "tiny-qwen3-moe-fp8", "tiny-qwen3-gptq", "tiny-qwen3-awq",
-                                         "tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen4exp"),
+                                         "tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen4exp",
+                                         "tiny-qwen3-yarn", "tiny-qwen35-yarn"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

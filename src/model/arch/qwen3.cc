@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 #include "model/config_fields.h"
+#include "model/rope.h"
 
 namespace ellm {
 
@@ -22,9 +23,12 @@ void parse_qwen3_config(const json& j, const std::string& where, ModelConfig& c)
   c.intermediate_size = get_int(j, where, "intermediate_size", !moe);
   c.rope_theta = get_number(j, where, "rope_theta", 1000000.0);
   if (c.rope_theta <= 0) fail(where, "field 'rope_theta' must be positive");
-  auto scaling = j.find("rope_scaling");
-  if (scaling != j.end() && !scaling->is_null())
-    fail(where, "rope_scaling is not supported");
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    auto it = j.find(key);
+    if (it == j.end()) continue;
+    if (it->is_object()) c.rope_theta = get_number(*it, where, "rope_theta", c.rope_theta);
+    parse_rope_type(*it, where, key, c);
+  }
 
   if (moe) {
     c.num_experts = get_int(j, where, "num_experts", true);
@@ -137,7 +141,7 @@ void Qwen3Model::for_each_matrix(const MatrixFn& fn) {
 std::string Qwen3Model::kv_format() const {
   return "qwen3-kv v1 f16 layers=" + std::to_string(config_.num_hidden_layers) +
          " kv_heads=" + std::to_string(config_.num_key_value_heads) +
-         " head_dim=" + std::to_string(config_.head_dim) + " rope_theta=" + std::to_string(config_.rope_theta);
+         " head_dim=" + std::to_string(config_.head_dim) + " " + rope_format(config_);
 }
 
 }  // namespace ellm

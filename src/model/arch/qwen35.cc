@@ -3,6 +3,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "model/config_fields.h"
+#include "model/rope.h"
 
 namespace ellm {
 
@@ -11,8 +12,8 @@ using nlohmann::json;
 namespace {
 
 // The text config of a Qwen3.5-generation model: the layer kinds from layer_types or
-// full_attention_interval, RoPE from rope_parameters or rope_theta (+ an mRoPE rope_scaling,
-// plain RoPE for text), the Gated DeltaNet shape, the MoE with a shared expert.
+// full_attention_interval, RoPE from rope_parameters or rope_theta (mRoPE is plain RoPE for
+// text; YaRN from either), the Gated DeltaNet shape, the MoE with a shared expert.
 void parse_text_config(const json& j, const std::string& where, ModelConfig& c) {
   const bool moe = c.model_type == "qwen3_5_moe" || c.model_type == "qwen3_5_moe_text";
   parse_shared_fields(j, where, c);
@@ -44,17 +45,8 @@ void parse_text_config(const json& j, const std::string& where, ModelConfig& c) 
     theta = get_number(*rope, where, "rope_theta", theta);
     factor = get_number(*rope, where, "partial_rotary_factor", factor);
   }
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    auto it = j.find(key);
-    if (it == j.end() || !it->is_object()) continue;
-    auto type = it->find("rope_type");
-    if (type == it->end()) type = it->find("type");
-    std::string name = type == it->end() || type->is_null() ? "default"
-                       : type->is_string()                   ? type->get<std::string>()
-                                                             : type->dump();
-    if (name != "default" && name != "mrope")  // mRoPE with text positions is plain RoPE
-      fail(where, std::string(key) + " type '" + name + "' is not supported");
-  }
+  for (const char* key : {"rope_parameters", "rope_scaling"})
+    if (auto it = j.find(key); it != j.end()) parse_rope_type(*it, where, key, c);
   c.rope_theta = theta;
   c.partial_rotary_factor = factor;
   if (c.rope_theta <= 0) fail(where, "field 'rope_theta' must be positive");
@@ -192,7 +184,7 @@ Qwen35Model::Qwen35Model(const std::string& model_dir, const ModelConfig& config
                c.norm_topk_prob};
   if (limits_.mtp)
     mtp_.init({c.hidden_size, c.rotary_dim() / 2, c.head_dim / 2, float(c.rms_norm_eps),
-               weights_.embedding, inv_freq_.data()},
+               weights_.embedding, rope_.inv_freq.data(), rope_.attention_factor},
               limits_.batch_size, limits_.speculative_tokens + 1);
   const RecurrentShape recurrent{n_linear, c.linear_conv_kernel_dim, c.conv_dim(), c.linear_num_key_heads,
                                  c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim};
@@ -306,7 +298,7 @@ std::string Qwen35Model::kv_format() const {
          " kv_heads=" + std::to_string(c.num_key_value_heads) +
          " head_dim=" + std::to_string(c.head_dim) +
          " rotary=" + std::to_string(c.rotary_dim()) +
-         " rope_theta=" + std::to_string(c.rope_theta);
+         " " + rope_format(c);
 }
 
 }  // namespace ellm

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "model/config_fields.h"
+#include "model/rope.h"
 
 namespace ellm {
 
@@ -60,14 +61,13 @@ Qwen4ExpConfig parse_qwen4exp_fields(const json& root, const std::string& where,
     c.linear_attention.push_back(kind == "linear_attention");
   }
 
-  // RoPE: rope_parameters (mRoPE with text positions is plain RoPE on the rotary dims).
+  // RoPE: rope_parameters (mRoPE with text positions is plain RoPE on the rotary dims; YaRN).
   c.rope_theta = get_number(j, where, "rope_theta", 10000000.0);
   c.partial_rotary_factor = get_number(j, where, "partial_rotary_factor", 0.25);
   if (auto rope = j.find("rope_parameters"); rope != j.end() && rope->is_object()) {
     c.rope_theta = get_number(*rope, where, "rope_theta", c.rope_theta);
     c.partial_rotary_factor = get_number(*rope, where, "partial_rotary_factor", c.partial_rotary_factor);
-    const std::string type = text_field(*rope, "rope_type", "default");
-    if (type != "default" && type != "mrope") fail(where, "rope_parameters type '" + type + "' is not supported");
+    parse_rope_type(*rope, where, "rope_parameters", c);
   }
   if (c.rope_theta <= 0) fail(where, "field 'rope_theta' must be positive");
   const int64_t rd = c.rotary_dim();
@@ -261,7 +261,7 @@ void Qwen4ExpModel::layer(int64_t l, const PassRows& rows) {
                    {rows.tokens, block_out_, rows.rope_cos, rows.rope_sin}, normed_.xb, deltanet_);
   } else {
     sparse_attention(ctx_, qsa_spec_, L.attention, memory_.kv(), kv_layer_[l], rows, normed_.xn,
-                     normed_.xb, inv_freq_.data(), qsa_, block_out_);
+                     normed_.xb, rope_, qsa_, block_out_);
   }
   hyper_inject(ctx_, hc_spec_, hc_, block_out_, n, rows.x);
 
@@ -328,7 +328,7 @@ std::string Qwen4ExpModel::kv_format() const {
   const ModelConfig& c = config_;
   return "qwen4exp-kv v1 f16 layers=" + std::to_string(c.num_hidden_layers) +
          " kv_heads=" + std::to_string(c.num_key_value_heads) + " head_dim=" + std::to_string(c.head_dim) +
-         " rotary=" + std::to_string(c.rotary_dim()) + " rope_theta=" + std::to_string(c.rope_theta) +
+         " rotary=" + std::to_string(c.rotary_dim()) + " " + rope_format(c) +
          " index=f32[2][" + std::to_string(extra_.indexer_head_dim) + "] state=f32 conv[" +
          std::to_string(c.linear_conv_kernel_dim - 1) + "][" + std::to_string(c.conv_dim()) + "] S[" +
          std::to_string(c.linear_num_value_heads) + "][" + std::to_string(c.linear_key_head_dim) + "][" +

@@ -37,6 +37,7 @@ struct MtpSpec {
   float eps = 1e-6f;
   const bf16* embedding = nullptr;  // [vocab][hidden], the model's
   const float* inv_freq = nullptr;  // [rotary_half]
+  float rope_scale = 1.0f;          // YaRN's attention factor
 };
 
 class MtpHead final : public SlotMemoryUser {

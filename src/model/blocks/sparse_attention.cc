@@ -29,7 +29,7 @@ void plan_sparse_attention(ActivationPlan& plan, SparseAttentionBuffers& b, cons
 
 void sparse_attention(BlockContext& ctx, const SparseAttentionSpec& s, const SparseAttentionWeights& w,
                       KvCache& kv, int64_t kv_layer, const PassRows& r, const float* u, bf16* xb,
-                      const float* inv_freq, SparseAttentionBuffers& b, float* y) {
+                      const RopeTable& rope, SparseAttentionBuffers& b, float* y) {
   const AttentionSpec& a = s.attention;
   const int64_t n = r.size(), H = a.hidden, hd = a.head_dim, Q = a.q_dim(), KVW = kv.row_stride();
   const int64_t IH = s.index_heads, ID = s.index_dim, IW = s.index_width(), C = s.cache_floats();
@@ -67,7 +67,7 @@ void sparse_attention(BlockContext& ctx, const SparseAttentionSpec& s, const Spa
         block[d] = sum / float(R);
       }
       rmsnorm(block, 1, ID, ID, w.k_layernorm.get(), a.eps, block, ID);
-      rope_angles(first, inv_freq, rotary_half, cos, sin);
+      rope_angles(first, rope.inv_freq.data(), rotary_half, rope.attention_factor, cos, sin);
       rope_partial(block, 1, ID, a.rotary_dim, cos, sin);
     }
   });

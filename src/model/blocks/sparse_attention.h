@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model/blocks/attention.h"
+#include "model/rope.h"
 
 namespace ellm {
 
@@ -54,10 +55,10 @@ void plan_sparse_attention(ActivationPlan& plan, SparseAttentionBuffers& b, cons
 
 // y = the block's output over the rows ([n][hidden], overwritten), from the block input u (FP32,
 // the indexer's) and xb = bf16(u) (also the scratch for o_proj's input). K, V and the indexer's
-// keys of the rows go into the cache of `kv_layer`. inv_freq: the RoPE frequencies
-// ([rotary_dim / 2]) for the block keys' positions.
+// keys of the rows go into the cache of `kv_layer`. rope: the RoPE frequencies and attention
+// factor, for the block keys' positions.
 void sparse_attention(BlockContext& ctx, const SparseAttentionSpec& spec, const SparseAttentionWeights& w,
                       KvCache& kv, int64_t kv_layer, const PassRows& rows, const float* u, bf16* xb,
-                      const float* inv_freq, SparseAttentionBuffers& b, float* y);
+                      const RopeTable& rope, SparseAttentionBuffers& b, float* y);
 
 }  // namespace ellm
