@@ -15,6 +15,14 @@ json body_with(json messages) {
   return {{"model", "m"}, {"max_tokens", 64}, {"messages", std::move(messages)}};
 }
 
+// A list of messages in braces: a braced list of one json object initialises a json parameter
+// as a copy of that object with clang, as a one-element array with g++.
+json body_with(std::initializer_list<json> messages) {
+  json list = json::array();
+  for (const json& m : messages) list.push_back(m);
+  return body_with(std::move(list));
+}
+
 json user(json content) { return {{"role", "user"}, {"content", std::move(content)}}; }
 
 int status_of(const json& body) {
