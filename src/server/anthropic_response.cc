@@ -89,13 +89,7 @@ void MessagesOutput::add_text(const char* type, const std::string& text, std::ve
 std::vector<json> MessagesOutput::on_event(const StreamEvent& event) {
   std::vector<json> events;
   if (finished_) return events;
-  OutputDelta delta = parser_->push(event.text);
-  if (event.finished) {
-    OutputDelta rest = parser_->finish();
-    delta.content += rest.content;
-    delta.reasoning += rest.reasoning;
-    for (ToolCallDelta& t : rest.tool_calls) delta.tool_calls.push_back(std::move(t));
-  }
+  OutputDelta delta = parser_->push(event.text, event.finished);
   // Within one event reasoning comes before content, and content before the calls.
   add_text("thinking", delta.reasoning, events);
   add_text("text", delta.content, events);

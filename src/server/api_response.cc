@@ -71,12 +71,6 @@ void add_running_usage(std::vector<json>& chunks, const ResponseMeta& meta, int6
                     {"total_tokens", meta.prompt_tokens + completion_tokens}};
 }
 
-void append(OutputDelta& into, OutputDelta&& more) {
-  into.content += more.content;
-  into.reasoning += more.reasoning;
-  for (ToolCallDelta& t : more.tool_calls) into.tool_calls.push_back(std::move(t));
-}
-
 // One entry per call index, as OpenAI and vLLM send a chunk: a call's header (id, name) and
 // its first arguments fragment may come from one step, and a client that reads tool_calls[0]
 // would lose the fragment of a second entry.
@@ -122,8 +116,7 @@ std::vector<json> ChatOutput::on_event(const StreamEvent& event) {
     chunks.push_back(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
     sent_role_ = true;
   }
-  OutputDelta delta = parser_->push(event.text);
-  if (event.finished) append(delta, parser_->finish());
+  OutputDelta delta = parser_->push(event.text, event.finished);
   completion_tokens_ = event.finished ? event.completion_tokens : completion_tokens_ + int64_t(event.ids.size());
 
   json logprobs = nullptr;

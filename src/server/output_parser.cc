@@ -77,6 +77,16 @@ OutputDelta OutputParser::push(std::string_view text) {
   return out;
 }
 
+OutputDelta OutputParser::push(std::string_view text, bool last) {
+  OutputDelta out = push(text);
+  if (!last) return out;
+  OutputDelta rest = finish();
+  out.content += rest.content;
+  out.reasoning += rest.reasoning;
+  for (ToolCallDelta& t : rest.tool_calls) out.tool_calls.push_back(std::move(t));
+  return out;
+}
+
 OutputDelta OutputParser::finish() {
   OutputDelta out;
   switch (state_) {

@@ -76,6 +76,8 @@ class OutputParser {
   OutputDelta push(std::string_view text);
   // End of generation: flushes held-back text; an unfinished tool call becomes content.
   OutputDelta finish();
+  // One event of a stream: push(text), and when it is the last, finish() added on.
+  OutputDelta push(std::string_view text, bool last);
   // Everything emitted so far (after finish(): the final parse).
   const ParsedOutput& result() const { return result_; }
 

@@ -155,13 +155,7 @@ void ResponsesOutput::add_call(std::vector<json>& out, const ToolCallDelta& delt
 std::vector<json> ResponsesOutput::on_event(const StreamEvent& e) {
   std::vector<json> out;
   if (finished_) return out;
-  OutputDelta delta = parser_->push(e.text);
-  if (e.finished) {
-    OutputDelta rest = parser_->finish();
-    delta.content += rest.content;
-    delta.reasoning += rest.reasoning;
-    for (ToolCallDelta& t : rest.tool_calls) delta.tool_calls.push_back(std::move(t));
-  }
+  OutputDelta delta = parser_->push(e.text, e.finished);
   // Reasoning tokens: what was generated before the answer (content or a call) began.
   if (!answered_ && !delta.content.empty()) answered_ = true;
   if (!answered_ && !delta.tool_calls.empty()) answered_ = true;

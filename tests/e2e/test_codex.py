@@ -21,8 +21,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from server_harness import BIN, SHARED, Server, check  # noqa: E402
-from test_qwen_code import RecordingProxy  # noqa: E402
+from server_harness import SHARED, Server, check  # noqa: E402
+from test_qwen_code import RecordingProxy, coder_call, token_ids  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL = os.path.join(SHARED, "models", "tiny-qwen35")
@@ -51,17 +51,6 @@ def installed():
         check(version(p) == pins[p], f"{p} {pins[p]} is not installed in tests/e2e/node_modules (found {version(p)})")
     node = subprocess.run([NODE, "--version"], capture_output=True, text=True).stdout.strip()
     check(node.startswith("v22."), f"the pinned Node is 22, not {node}")
-
-
-def token_ids(text):
-    run = subprocess.run([BIN, "tokenize", "--model-path", MODEL], input=text, capture_output=True, text=True)
-    check(run.returncode == 0, f"tokenize: {run.stderr}")
-    return json.loads(run.stdout)
-
-
-def coder_call(name, arguments):
-    parameters = "".join(f"<parameter={key}>\n{value}\n</parameter>\n" for key, value in arguments.items())
-    return f"<tool_call>\n<function={name}>\n{parameters}</function>\n</tool_call>"
 
 
 def write_config(home, base, catalog=None):
@@ -97,7 +86,7 @@ def run_codex(tmp, name, turns, catalog):
     work, home = os.path.join(tmp, name, "work"), os.path.join(tmp, name, "home")
     os.makedirs(work)
     os.makedirs(home)
-    flag = ";".join(",".join(map(str, token_ids(THINK + t + "<|im_end|>"))) for t in turns)
+    flag = ";".join(",".join(map(str, token_ids(THINK + t + "<|im_end|>", MODEL))) for t in turns)
     with Server(MODEL, *TEMPLATE, "--scripted-output", flag, api_key=KEY, sequence_length=32768) as server:
         proxy = RecordingProxy(server.base)
         catalog_path = None

@@ -12,7 +12,8 @@ import shutil
 import subprocess
 import tempfile
 
-from server_harness import BIN, SHARED, Server, check, same_at_clear_margins
+from server_harness import SHARED, Server, check, same_at_clear_margins
+from test_qwen_code import token_ids
 
 MODEL = os.path.join(SHARED, "models", "tiny-qwen4exp")
 TEMPLATE = os.path.join(SHARED, "text", "qwen35", "chat_template_qwen38.jinja")
@@ -22,12 +23,6 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "lines": {"type": "integer"}},
                    "required": ["path"]}}}]
 SYSTEM = "You are a coding agent. Read the files before you change them and explain your plan. " * 6
-
-
-def token_ids(text):
-    run = subprocess.run([BIN, "tokenize", "--model-path", MODEL], input=text, capture_output=True, text=True)
-    check(run.returncode == 0, f"tokenize: {run.stderr}")
-    return json.loads(run.stdout)
 
 
 def chat(server, messages, **kw):
@@ -43,7 +38,8 @@ def scripted_checks():
     call = "The notes first.\n</think>\n\n<tool_call>\n<function=read_file>\n<parameter=path>\nnotes/todo.md\n" \
            "</parameter>\n<parameter=lines>\n20\n</parameter>\n</function>\n</tool_call>"
     answer = "It says ship it.\n</think>\n\nShip it today."
-    scripts = [token_ids(call + "<|im_end|>"), token_ids(call + "<|im_end|>"), token_ids(answer + "<|im_end|>")]
+    scripts = [token_ids(call + "<|im_end|>", MODEL), token_ids(call + "<|im_end|>", MODEL),
+               token_ids(answer + "<|im_end|>", MODEL)]
     script_flag = ";".join(",".join(map(str, ids)) for ids in scripts)
     with Server(MODEL, "--chat-template", TEMPLATE, "--scripted-output", script_flag, sequence_length=2048) as s:
         messages = [{"role": "system", "content": "You are a coding agent."},

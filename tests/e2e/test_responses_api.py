@@ -16,24 +16,14 @@ import threading
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from server_harness import BIN, SHARED, Server, check  # noqa: E402
+from server_harness import SHARED, Server, check  # noqa: E402
 from test_hostile import metrics, wait_for  # noqa: E402
+from test_qwen_code import coder_call, token_ids  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL = os.path.join(SHARED, "models", "tiny-qwen35")
 TEMPLATE = ("--chat-template", os.path.join(SHARED, "text", "qwen35", "chat_template.jinja"))
 PATCH = "*** Begin Patch\n*** Update File: notes.txt\n@@\n-helo\n+hello\n*** End Patch"
-
-
-def token_ids(text):
-    run = subprocess.run([BIN, "tokenize", "--model-path", MODEL], input=text, capture_output=True, text=True)
-    check(run.returncode == 0, f"tokenize: {run.stderr}")
-    return json.loads(run.stdout)
-
-
-def call(name, arguments):
-    parameters = "".join(f"<parameter={key}>\n{value}\n</parameter>\n" for key, value in arguments.items())
-    return f"<tool_call>\n<function={name}>\n{parameters}</function>\n</tool_call>"
 
 
 def node(base, *args):
@@ -159,12 +149,12 @@ def main():
         check(run.returncode == 0, f"npm install failed: {run.stderr[-2000:]}")
     end = "<|im_end|>"
     scripts = ["Let me greet them.\n</think>\n\nHello there." + end] * 2 + [
-        "The user wants the weather.\n</think>\n\n" + call("get_weather", {"city": "Paris"}) + end,
+        "The user wants the weather.\n</think>\n\n" + coder_call("get_weather", {"city": "Paris"}) + end,
         "It is sunny.\n</think>\n\nIt is sunny in Paris." + end,
-        "A patch fixes it.\n</think>\n\n" + call("apply_patch", {"input": PATCH}) + end,
+        "A patch fixes it.\n</think>\n\n" + coder_call("apply_patch", {"input": PATCH}) + end,
         "Done.\n</think>\n\nPatched." + end,
     ]
-    flag = ";".join(",".join(map(str, token_ids(s))) for s in scripts)
+    flag = ";".join(",".join(map(str, token_ids(s, MODEL))) for s in scripts)
     with Server(MODEL, *TEMPLATE, "--scripted-output", flag, sequence_length=4096) as server:
         node(server.base, "flow", PATCH)
         check(requests_total(server, "responses") == 6, "six Responses requests counted")
