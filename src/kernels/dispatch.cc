@@ -71,6 +71,15 @@ void rope_angles(int64_t pos, const float* inv_freq, int64_t half, float scale, 
   }
 }
 
+void rope_angles_thw(const int32_t* thw, const uint8_t* axis, const float* inv_freq, int64_t half,
+                     float scale, float* cos, float* sin) {
+  for (int64_t i = 0; i < half; ++i) {
+    float angle = float(thw[axis[i]]) * inv_freq[i];
+    cos[i] = std::cos(angle) * scale;
+    sin[i] = std::sin(angle) * scale;
+  }
+}
+
 void norm_rope(const float* x, int64_t n_heads, int64_t head_dim, const float* weight, float eps,
                const float* cos, const float* sin, float* out, int64_t ldo) {
   kernel_table(active_isa()).norm_rope(x, n_heads, head_dim, weight, eps, cos, sin, out, ldo);

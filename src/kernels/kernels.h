@@ -121,6 +121,10 @@ void rmsnorm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float
 // YaRN's attention factor (1 without). The same libm code on every tier; a pass computes them
 // once per token for all layers.
 void rope_angles(int64_t pos, const float* inv_freq, int64_t half, float scale, float* cos, float* sin);
+// Multimodal RoPE: the same with frequency i turning at position thw[axis[i]] (axis 0, 1, 2: T,
+// H, W); equal positions give rope_angles' bits.
+void rope_angles_thw(const int32_t* thw, const uint8_t* axis, const float* inv_freq, int64_t half,
+                     float scale, float* cos, float* sin);
 
 // Qwen3's per-head q/k norm then RoPE: out[h] = rope(rmsnorm(x[h]) * weight) for h < n_heads.
 // x rows are head_dim long at stride head_dim; out rows at stride ldo (out may equal x, or point

@@ -2,6 +2,7 @@
 // config.json of a Hugging Face model, as every architecture reads it: the fields they share,
 // and each architecture's own (its parser in arch/, picked by model_type in registry.cc). The
 // fields of each architecture are described in docs/models/.
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -64,6 +65,11 @@ struct ModelConfig {
   int64_t linear_key_head_dim = 0, linear_value_head_dim = 0;
   int64_t linear_conv_kernel_dim = 0;
   double partial_rotary_factor = 1.0;  // RoPE on the first head_dim * factor dims only
+  // Multimodal RoPE (Qwen3.5+ rope_parameters): how many rotary frequencies turn with an image
+  // token's T, H and W position; interleaved (THWTHW..., then T) or in three runs. All zero: none
+  // (text tokens have T = H = W, so the split only matters for images).
+  std::array<int64_t, 3> mrope_section{};
+  bool mrope_interleaved = false;
   int64_t shared_expert_intermediate_size = 0;  // sigmoid-gated shared expert (0: none)
 
   bool is_moe_layer(int64_t layer) const;

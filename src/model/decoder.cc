@@ -254,7 +254,6 @@ void Decoder::commit_and_embed(const PassRows& r) {
   const std::span<const BatchToken> tokens = r.tokens;
   const int64_t n = r.size(), H = config_.hidden_size, half = config_.head_dim / 2;
   const int64_t W = residual_width();
-  const int64_t rotary_half = config_.rotary_dim() / 2;
   KvCache& kv = memory_.kv();
   for (const BatchToken& t : tokens) kv.note_written(t.slot, t.position + 1);
   ctx_.profiler.time(Op::kv_commit, 0, 0, [&] {
@@ -265,10 +264,12 @@ void Decoder::commit_and_embed(const PassRows& r) {
   ctx_.profiler.time(Op::embed, 0, double(n * H * 2), [&] {
     ctx_.rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
-        convert_bf16_to_f32(decoder_weights_->embedding + int64_t(tokens[t].token) * H, r.x + t * W, H);
+        if (tokens[t].embedding)
+          std::copy_n(tokens[t].embedding, H, r.x + t * W);
+        else
+          convert_bf16_to_f32(decoder_weights_->embedding + int64_t(tokens[t].token) * H, r.x + t * W, H);
         for (int64_t s = 1; s < streams_; ++s) std::copy_n(r.x + t * W, H, r.x + t * W + s * H);
-        rope_angles(tokens[t].position, rope_.inv_freq.data(), rotary_half, rope_.attention_factor,
-                    r.rope_cos + t * half, r.rope_sin + t * half);
+        token_rope_angles(tokens[t], rope_, r.rope_cos + t * half, r.rope_sin + t * half);
       }
     });
   });

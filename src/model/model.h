@@ -72,6 +72,14 @@ struct BatchToken {
   // to here and after here as two runs, so the snapshot is exactly the state a pass ending here
   // leaves.
   uint8_t* snapshot = nullptr;
+  // Images (Qwen3.5+): the row that replaces this token's embedding, hidden_size floats (an
+  // <|image_pad|>'s share of the vision tower's output), alive until the pass is done. Null:
+  // the token's own embedding.
+  const float* embedding = nullptr;
+  // Multimodal RoPE: the (T, H, W) rotary position where it is not (position, position,
+  // position): an image's tokens, and every token after an image (rope_positions, model/rope.h).
+  // rope[0] < 0: the text position.
+  int32_t rope[3] = {-1, -1, -1};
 };
 
 class Model {

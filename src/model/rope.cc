@@ -137,12 +137,36 @@ std::pair<double, double> yarn_correction_range(const RopeScaling& s, int64_t di
   return {std::max(low, 0.0), std::min(high, double(dim - 1))};
 }
 
+namespace {
+
+// transformers' apply_interleaved_mrope: frequency i turns with H when i % 3 == 1 and i < 3 *
+// section[1], with W when i % 3 == 2 and i < 3 * section[2], else with T; without interleaving
+// the three sections are runs T.., H.., W.. .
+std::vector<uint8_t> mrope_axes(const ModelConfig& c) {
+  const auto& section = c.mrope_section;
+  const int64_t half = c.rotary_dim() / 2;
+  if (section[0] + section[1] + section[2] == 0) return {};
+  std::vector<uint8_t> axis(size_t(half), 0);
+  for (int64_t i = 0; i < half; ++i) {
+    if (c.mrope_interleaved) {
+      if (i % 3 == 1 && i < 3 * section[1]) axis[i] = 1;
+      if (i % 3 == 2 && i < 3 * section[2]) axis[i] = 2;
+    } else {
+      axis[i] = i < section[0] ? 0 : i < section[0] + section[1] ? 1 : 2;
+    }
+  }
+  return axis;
+}
+
+}  // namespace
+
 RopeTable rope_table(const ModelConfig& c) {
   RopeTable t;
   const int64_t rd = c.rotary_dim();
   const float theta = float(c.rope_theta);
   // HF: inv_freq = 1 / theta^(arange(0, d, 2) / d) over the d rotary dims, in FP32.
   for (int64_t i = 0; i < rd / 2; ++i) t.inv_freq.push_back(1.0f / std::pow(theta, float(2 * i) / float(rd)));
+  t.axis = mrope_axes(c);
   if (!c.rope_scaling.is_yarn()) return t;
 
   // YaRN: dims below `low` keep their frequency (extrapolation), dims above `high` divide it by
@@ -160,6 +184,35 @@ RopeTable rope_table(const ModelConfig& c) {
   }
   t.attention_factor = float(s.attention_factor);
   return t;
+}
+
+void token_rope_angles(const BatchToken& t, const RopeTable& table, float* cos, float* sin) {
+  const int64_t half = int64_t(table.inv_freq.size());
+  if (t.rope[0] < 0 || table.axis.empty())
+    rope_angles(t.position, table.inv_freq.data(), half, table.attention_factor, cos, sin);
+  else
+    rope_angles_thw(t.rope, table.axis.data(), table.inv_freq.data(), half, table.attention_factor, cos, sin);
+}
+
+std::array<int32_t, 3> rope_position(std::span<const ImagePlacement> images, int64_t index) {
+  int64_t shift = 0;  // rope position - index, from the images before `index`
+  for (const ImagePlacement& image : images) {
+    if (index < image.first) break;
+    const int64_t start = image.first + shift;
+    if (index < image.end()) {
+      const int64_t k = index - image.first;
+      return {int32_t(start), int32_t(start + k / image.merged_w), int32_t(start + k % image.merged_w)};
+    }
+    shift += std::max(image.merged_h, image.merged_w) - (image.end() - image.first);
+  }
+  const auto p = int32_t(index + shift);
+  return {p, p, p};
+}
+
+void set_rope_position(BatchToken& t, std::span<const ImagePlacement> images) {
+  const std::array<int32_t, 3> thw = rope_position(images, t.position);
+  const bool text = thw[0] == t.position && thw[1] == t.position && thw[2] == t.position;
+  for (int i = 0; i < 3; ++i) t.rope[i] = text ? -1 : thw[i];
 }
 
 }  // namespace ellm

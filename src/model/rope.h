@@ -4,7 +4,9 @@
 // "yarn"; YaRN follows transformers' _compute_yarn_parameters and is static over the sequence:
 // the same frequencies and attention factor at every position, as in transformers, vLLM and
 // llama.cpp.
+#include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/config.h"
+#include "model/model.h"
 
 namespace ellm {
 
@@ -36,10 +39,30 @@ std::pair<double, double> yarn_correction_range(const RopeScaling& s, int64_t di
 struct RopeTable {
   std::vector<float> inv_freq;
   float attention_factor = 1.0f;
+  // Multimodal RoPE: per frequency, the position it turns with (0 T, 1 H, 2 W); empty: none.
+  std::vector<uint8_t> axis;
 };
 RopeTable rope_table(const ModelConfig& c);
 // "rope_theta=... [yarn=factor,original,beta_fast,beta_slow,attention_factor,truncate]": what
 // the KV format names, so KV rotated one way is never read as the other (and the load line).
 std::string rope_format(const ModelConfig& c);
+
+// A token's cos and sin over the rotary frequencies: at its (T, H, W) rope position where it has
+// one (BatchToken::rope) and the model has multimodal RoPE, else at its position.
+void token_rope_angles(const BatchToken& t, const RopeTable& table, float* cos, float* sin);
+
+// Where an image sits in a sequence: its <|image_pad|> run starts at token `first` and holds
+// merged_h * merged_w tokens, row-major over the merged patch grid.
+struct ImagePlacement {
+  int64_t first, merged_h, merged_w;
+  int64_t end() const { return first + merged_h * merged_w; }
+};
+// The (T, H, W) rope position of token `index` of a sequence holding `images` (in order, not
+// overlapping), as transformers' get_rope_index gives it for the whole sequence: text positions
+// run on by one; an image whose first pad would sit at s gives its token (row, col) the position
+// (s, s + row, s + col), and the token after it s + max(merged_h, merged_w).
+std::array<int32_t, 3> rope_position(std::span<const ImagePlacement> images, int64_t index);
+// Sets t.rope from rope_position where it differs from the text position (after an image).
+void set_rope_position(BatchToken& t, std::span<const ImagePlacement> images);
 
 }  // namespace ellm

@@ -11,9 +11,23 @@ using nlohmann::json;
 
 namespace {
 
+// rope_parameters' mrope_section (three counts of frequencies) and mrope_interleaved.
+void parse_mrope(const json& rope, const std::string& where, ModelConfig& c) {
+  auto it = rope.find("mrope_section");
+  if (it == rope.end() || it->is_null()) return;
+  if (!it->is_array() || it->size() != 3)
+    fail(where, "field 'mrope_section' must be an array of three counts");
+  for (int i = 0; i < 3; ++i) {
+    if (!(*it)[i].is_number_integer() || (*it)[i].get<int64_t>() < 0)
+      fail(where, "field 'mrope_section' must hold non-negative integers");
+    c.mrope_section[i] = (*it)[i].get<int64_t>();
+  }
+  c.mrope_interleaved = get_bool(rope, where, "mrope_interleaved", false);
+}
+
 // The text config of a Qwen3.5-generation model: the layer kinds from layer_types or
-// full_attention_interval, RoPE from rope_parameters or rope_theta (mRoPE is plain RoPE for
-// text; YaRN from either), the Gated DeltaNet shape, the MoE with a shared expert.
+// full_attention_interval, RoPE from rope_parameters or rope_theta (multimodal RoPE's sections
+// for image tokens; YaRN from either), the Gated DeltaNet shape, the MoE with a shared expert.
 void parse_text_config(const json& j, const std::string& where, ModelConfig& c) {
   const bool moe = c.model_type == "qwen3_5_moe" || c.model_type == "qwen3_5_moe_text";
   parse_shared_fields(j, where, c);
@@ -44,6 +58,7 @@ void parse_text_config(const json& j, const std::string& where, ModelConfig& c) 
     if (!rope->is_object()) fail(where, "field 'rope_parameters' must be an object");
     theta = get_number(*rope, where, "rope_theta", theta);
     factor = get_number(*rope, where, "partial_rotary_factor", factor);
+    parse_mrope(*rope, where, c);
   }
   for (const char* key : {"rope_parameters", "rope_scaling"})
     if (auto it = j.find(key); it != j.end()) parse_rope_type(*it, where, key, c);
@@ -53,6 +68,11 @@ void parse_text_config(const json& j, const std::string& where, ModelConfig& c) 
   if (!(factor > 0 && factor <= 1) || c.rotary_dim() % 2 || c.rotary_dim() == 0)
     fail(where, "partial_rotary_factor " + std::to_string(factor) + " does not give an even " +
                     "number of rotary dims of head_dim " + std::to_string(c.head_dim));
+  const auto& section = c.mrope_section;
+  const int64_t sections = section[0] + section[1] + section[2];
+  if (sections != 0 && sections != c.rotary_dim() / 2)
+    fail(where, "mrope_section sums to " + std::to_string(sections) + ", not the " +
+                    std::to_string(c.rotary_dim() / 2) + " rotary frequencies");
   if (!get_bool(j, where, "attn_output_gate", true))
     fail(where, "attn_output_gate false is not supported");
 
@@ -183,8 +203,8 @@ Qwen35Model::Qwen35Model(const std::string& model_dir, const ModelConfig& config
   moe_spec_ = {c.hidden_size, c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size,
                c.norm_topk_prob};
   if (limits_.mtp)
-    mtp_.init({c.hidden_size, c.rotary_dim() / 2, c.head_dim / 2, float(c.rms_norm_eps),
-               weights_.embedding, rope_.inv_freq.data(), rope_.attention_factor},
+    mtp_.init({c.hidden_size, c.head_dim / 2, float(c.rms_norm_eps),
+               weights_.embedding, &rope_},
               limits_.batch_size, limits_.speculative_tokens + 1);
   const RecurrentShape recurrent{n_linear, c.linear_conv_kernel_dim, c.conv_dim(), c.linear_num_key_heads,
                                  c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim};

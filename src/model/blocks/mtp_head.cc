@@ -57,8 +57,7 @@ void MtpHead::inputs_for(BlockContext& ctx, const MtpWeights& w, int64_t n, floa
         convert_f32_to_bf16(e, in, H);
         rmsnorm(pair_hidden_[i], 1, H, H, w.norm_hidden.get(), eps, e, H);
         convert_f32_to_bf16(e, in + H, H);
-        rope_angles(tokens_[i].position, spec_.inv_freq, spec_.rotary_half, spec_.rope_scale,
-                    rope_cos + i * half, rope_sin + i * half);
+        token_rope_angles(tokens_[i], *spec_.rope, rope_cos + i * half, rope_sin + i * half);
       }
     });
   });

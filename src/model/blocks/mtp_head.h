@@ -20,6 +20,7 @@
 #include "model/blocks/context.h"
 #include "model/load/tensor_loader.h"
 #include "model/memory/sequence_memory.h"
+#include "model/rope.h"
 
 namespace ellm {
 
@@ -33,11 +34,10 @@ struct MtpWeights {
 MtpWeights load_mtp(TensorLoader& load, int64_t hidden, NormReader norm);
 
 struct MtpSpec {
-  int64_t hidden = 0, rotary_half = 0, angle_stride = 0;  // angle_stride: head_dim / 2
+  int64_t hidden = 0, angle_stride = 0;  // angle_stride: head_dim / 2
   float eps = 1e-6f;
   const bf16* embedding = nullptr;  // [vocab][hidden], the model's
-  const float* inv_freq = nullptr;  // [rotary_half]
-  float rope_scale = 1.0f;          // YaRN's attention factor
+  const RopeTable* rope = nullptr;  // the model's
 };
 
 class MtpHead final : public SlotMemoryUser {
