@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "base/error.h"
+#include "engine/prompt_images.h"
 #include "engine/scheduler/scheduler.h"
 #include "grammar/token_mask.h"
 #include "text/tokenizer/tokenizer.h"
@@ -173,6 +174,9 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
   queued.max_new = validate(request, *impl_->model, impl_->options.strict_max_tokens);
   validate_sampling(request);
   std::tie(queued.proposer, queued.speculative_depth) = speculation_of(request, impl_->options, *impl_->model, impl_->has_draft);
+  adopt_prompt_images(request, *impl_->model);
+  // The proposers and the draft model see token ids only: an image's pads are not among them.
+  if (!request.images.empty()) queued.proposer = Proposer::none;
   if (request.constraint) {
     std::vector<int32_t> end_tokens = request.stop_token_ids;
     if (!request.ignore_eos)

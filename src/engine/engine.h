@@ -115,6 +115,9 @@ struct EngineMetrics {
     double propose_seconds = 0;
   };
   Speculative speculative[int(Proposer::count)];
+  // Images in admitted requests, and of those the ones the vision tower encoded (the others'
+  // pads were all in the session cache).
+  int64_t images_total = 0, images_encoded_total = 0;
   MappedTableStatus mapped_table;  // a table the model reads in place (Qwen3.8-Flash-Next's n-gram table)
 };
 

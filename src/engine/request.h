@@ -37,6 +37,17 @@ struct SamplingParams {
   int top_logprobs = -1;     // -1 = no logprobs; 0..20 = chosen token + that many alternatives
 };
 
+// An image in a prompt (Qwen3.5+ with a vision tower): its run of <|image_pad|> tokens, one per
+// merged 2x2 patch block, and the preprocessed patches the tower turns into their embeddings.
+struct PromptImage {
+  int64_t first = 0;  // the index of its first <|image_pad|> in the prompt
+  int64_t grid_t = 1, grid_h = 0, grid_w = 0;  // in patches
+  int64_t merged_h = 0, merged_w = 0;          // the token grid: merged_h * merged_w pads
+  std::shared_ptr<const std::vector<float>> pixel_values;  // [grid_t * grid_h * grid_w][patch floats]
+  uint64_t content_hash = 0;  // of the pixels: the image's identity in the session cache
+  int64_t n_tokens() const { return merged_h * merged_w; }
+};
+
 struct GenerateRequest {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
@@ -61,6 +72,9 @@ struct GenerateRequest {
   // most tokens to propose per pass (-1: the server's).
   std::string speculative;
   int64_t num_speculative_tokens = -1;
+  // In prompt order. Engine::submit gives each image's pads ids of its own (outside the
+  // vocabulary, from the content hash) so that sessions match images by content.
+  std::vector<PromptImage> images;
 };
 
 struct TokenLogprob {

@@ -149,6 +149,14 @@ class Model {
   // drafts: for each token (a slot's next token, at the position after the slot's last fed one,
   // or a draft at the position after the slot's previous mtp_forward token), one row of logits
   // predicting the token after it. Throws when a slot has no hidden state to continue from.
+  // Images: a model with a vision tower names its <|image_pad|> id (-1: no tower) and turns an
+  // image's preprocessed patches, [grid_t * grid_h * grid_w][image_patch_floats()], into the
+  // rows that replace its pads' embeddings, [grid_t * grid_h * grid_w / 4][hidden_size]. Not
+  // during an open pass.
+  virtual int32_t image_token_id() const { return -1; }
+  virtual int64_t image_patch_floats() const { return 0; }
+  virtual void encode_image(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w,
+                            float* rows);
   virtual bool has_mtp() const { return false; }
   virtual void mtp_forward(std::span<const BatchToken> tokens, float* logits) {
     fail_no_mtp();

@@ -47,6 +47,10 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, const ServingLi
   return find_architecture(config.model_type)->load(model_dir, config, limits, std::move(team));
 }
 
+void Model::encode_image(const float*, int64_t, int64_t, int64_t, float*) {
+  fail("encode_image", "this model has no vision tower loaded");
+}
+
 void Model::fail_no_mtp() {
   fail("mtp_forward", "this model has no multi-token-prediction head loaded");
 }

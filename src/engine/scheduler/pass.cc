@@ -23,9 +23,19 @@ void Scheduler::add_decode_tokens(std::vector<BatchToken>& batch, std::vector<Pa
     const ActiveRequest* request = active_[s].get();
     if (!request || int64_t(slots_[s].tokens.size()) < request->prompt_len) continue;
     int32_t position = int32_t(slots_[s].tokens.size());
-    batch.push_back({request->sequence[position], s, position, true});
+    batch.push_back(token_at(s, position, true));
     parts.push_back({s, 1, true});
   }
+}
+
+// The model's token for position p of slot s's sequence: an image's pad carries the tower's row,
+// and every token after an image its rope position.
+BatchToken Scheduler::token_at(int s, int64_t p, bool want_logits) {
+  ActiveRequest& request = *active_[s];
+  BatchToken token;
+  if (request.images.token(model_, request.request.images, request.sequence[p], s, p, want_logits, token))
+    ++local_metrics_.images_encoded_total;
+  return token;
 }
 
 // One pass: a decode token for every generating slot, then prefill up to the chunk size.
@@ -52,7 +62,7 @@ void Scheduler::build_pass() {
     bool logits = begin + count == request.prompt_len;
     auto planned = request.snapshots.begin();
     for (int64_t p = begin; p < begin + count; ++p) {
-      batch_.push_back({request.sequence[p], next, int32_t(p), logits && p + 1 == begin + count});
+      batch_.push_back(token_at(next, p, logits && p + 1 == begin + count));
       while (planned != request.snapshots.end() && planned->position < p + 1) ++planned;
       if (planned != request.snapshots.end() && planned->position == p + 1) {
         StateSnapshot snapshot{p + 1, new_state_buffer(sessions_.state_bytes()), planned->shared};

@@ -245,6 +245,7 @@ void Scheduler::start(Slot& slot, QueuedRequest&& queued, int64_t reuse, int64_t
   const int64_t n_prompt = int64_t(prompt.size());
   slot.tokens.assign(prompt.begin(), prompt.begin() + reuse);
   samplers_[slot.index].start(queued.request.sampling, prompt);
+  local_metrics_.images_total += int64_t(queued.request.images.size());
   active_[slot.index] = std::make_unique<ActiveRequest>(tokenizer_, std::move(queued), reuse);
   if (const auto& scripts = options_.scripted_outputs; !scripts.empty())
     active_[slot.index]->script = &scripts[std::min(scripts_started_++, scripts.size() - 1)];

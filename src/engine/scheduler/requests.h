@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/prompt_images.h"
 #include "engine/proposer.h"
 #include "engine/request.h"
 #include "engine/speculative_depth.h"
@@ -49,6 +50,7 @@ struct ActiveRequest {
   std::unique_ptr<TokenConstraint> constraint;
   const std::vector<int32_t>* script = nullptr;  // EngineOptions::scripted_outputs: emitted instead of sampling
   std::vector<PlannedSnapshot> snapshots;  // hybrid models: snapshots its prefill takes, by position
+  RequestImages images;
   Proposer proposer = Proposer::none;
   SpeculativeDepth depth;  // how many tokens it proposes
   Clock::time_point submitted, last_token;

@@ -30,6 +30,7 @@ ActiveRequest::ActiveRequest(const Tokenizer& tokenizer, QueuedRequest&& queued,
       cached(cached_tokens),
       detokenizer(tokenizer, request.skip_special_tokens),
       constraint(std::move(queued.constraint)),
+      images(request.images),
       proposer(queued.proposer),
       submitted(queued.submitted) {
   sequence.reserve(prompt_len + max_new);

@@ -86,6 +86,7 @@ class Scheduler {
 
   // pass.cc
   void add_decode_tokens(std::vector<BatchToken>& batch, std::vector<PassPart>& parts);
+  BatchToken token_at(int s, int64_t p, bool want_logits);
   void build_pass();
   void add_proposals(size_t n_decode);
   void run_pass();
