@@ -17,9 +17,14 @@ namespace ellm {
 
 namespace {
 
+// A progressive JPEG re-reads its whole coefficient buffer on every scan; real encoders write
+// about ten, and thousands of tiny scans would make a small file cost minutes.
+constexpr int kMaxScans = 256;
+
 struct JpegReader {
   jpeg_decompress_struct info{};
   jpeg_error_mgr errors{};
+  jpeg_progress_mgr progress{};
   std::jmp_buf jump;
   char message[JMSG_LENGTH_MAX] = "";
 
@@ -40,9 +45,17 @@ void on_jpeg_message(j_common_ptr info, int level) {
   if (level < 0 && info->err->msg_code == JWRN_JPEG_EOF) on_jpeg_error(info);
 }
 
+void on_jpeg_progress(j_common_ptr info) {
+  if (reinterpret_cast<j_decompress_ptr>(info)->input_scan_number <= kMaxScans) return;
+  JpegReader& reader = reader_of(info);
+  std::snprintf(reader.message, sizeof reader.message, "more than %d progressive scans", kMaxScans);
+  std::longjmp(reader.jump, 1);
+}
+
 bool read_jpeg_header(JpegReader& reader, std::span<const uint8_t> bytes) {
   if (setjmp(reader.jump)) return false;
   jpeg_create_decompress(&reader.info);
+  reader.info.progress = &reader.progress;  // after create, which clears the struct
   jpeg_mem_src(&reader.info, bytes.data(), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&reader.info, TRUE);
   return true;
@@ -71,6 +84,7 @@ RgbImage decode_jpeg(std::span<const uint8_t> bytes, int64_t max_pixels) {
   reader.info.client_data = &reader;
   reader.errors.error_exit = on_jpeg_error;
   reader.errors.emit_message = on_jpeg_message;
+  reader.progress.progress_monitor = on_jpeg_progress;
   if (!read_jpeg_header(reader, bytes))
     fail("image", std::string("corrupt JPEG: ") + reader.message);
   J_COLOR_SPACE space = reader.info.jpeg_color_space;

@@ -119,6 +119,18 @@ TEST(DecodeJpeg, ColourAndGreyWithinJpegLoss) {
   }
 }
 
+TEST(DecodeJpeg, ProgressiveDecodesAndEndlessScansAreRefused) {
+  RgbImage image = test::pattern_image(32, 24);
+  RgbImage baseline = decode_image(test::write_jpeg(image, 90));
+  RgbImage progressive =
+      decode_image(test::write_jpeg(image, 90, false, test::JpegScans::kProgressive));
+  EXPECT_EQ(progressive.rgb, baseline.rgb);  // the same coefficients, sent in another order
+  EXPECT_EQ(error_of([&] {
+              decode_image(test::write_jpeg(image, 90, true, test::JpegScans::kHundredsOfScans));
+            }),
+            "image: corrupt JPEG: more than 256 progressive scans");
+}
+
 TEST(DataUri, GoodUrisGiveTheirBytes) {
   std::vector<uint8_t> png = test::write_png(test::pattern_image(5, 4));
   std::string b64 = base64_encode(std::string(png.begin(), png.end()));

@@ -84,7 +84,17 @@ std::vector<uint8_t> write_png(const RgbImage& image) {
   return write_png(spec);
 }
 
-std::vector<uint8_t> write_jpeg(const RgbImage& image, int quality, bool grey) {
+// 320 scans of a grey image: each of the 64 coefficients sent one bit plane at a time (bits 4
+// and up first, then bits 3 to 0).
+std::vector<jpeg_scan_info> bit_plane_scans() {
+  std::vector<jpeg_scan_info> scans;
+  for (int coefficient = 0; coefficient < 64; ++coefficient)
+    for (int low = 4; low >= 0; --low)
+      scans.push_back({1, {0}, coefficient, coefficient, low == 4 ? 0 : low + 1, low});
+  return scans;
+}
+
+std::vector<uint8_t> write_jpeg(const RgbImage& image, int quality, bool grey, JpegScans scans) {
   jpeg_compress_struct info{};
   jpeg_error_mgr errors{};
   info.err = jpeg_std_error(&errors);
@@ -99,6 +109,12 @@ std::vector<uint8_t> write_jpeg(const RgbImage& image, int quality, bool grey) {
   jpeg_set_defaults(&info);
   if (grey) jpeg_set_colorspace(&info, JCS_GRAYSCALE);
   jpeg_set_quality(&info, quality, TRUE);
+  const std::vector<jpeg_scan_info> script = bit_plane_scans();
+  if (scans == JpegScans::kProgressive) jpeg_simple_progression(&info);
+  if (scans == JpegScans::kHundredsOfScans) {
+    info.scan_info = script.data();
+    info.num_scans = int(script.size());
+  }
   jpeg_start_compress(&info, TRUE);
   while (info.next_scanline < info.image_height) {
     JSAMPROW row = const_cast<uint8_t*>(image.pixel(0, info.next_scanline));

@@ -20,7 +20,9 @@ struct PngSpec {
 
 std::vector<uint8_t> write_png(const PngSpec& spec);
 std::vector<uint8_t> write_png(const RgbImage& image);
-std::vector<uint8_t> write_jpeg(const RgbImage& image, int quality, bool grey = false);
+enum class JpegScans { kBaseline, kProgressive, kHundredsOfScans };
+std::vector<uint8_t> write_jpeg(const RgbImage& image, int quality, bool grey = false,
+                                JpegScans scans = JpegScans::kBaseline);
 
 // A smooth colour pattern (gradients and waves) that JPEG keeps well.
 RgbImage pattern_image(int width, int height);
