@@ -1,4 +1,4 @@
-// PNG through libpng's progressive-free reader. libpng reports errors by longjmp; the frames that
+// PNG through libpng's sequential reader. libpng reports errors by longjmp; the frames that
 // set the jump hold plain data only, so no C++ destructor is ever jumped over.
 #include <png.h>
 

@@ -17,8 +17,6 @@ namespace {
 using test::error_of;
 using test::PngSpec;
 
-std::vector<uint8_t> rgb_of(const RgbImage& image) { return image.rgb; }
-
 TEST(DecodePng, Rgb8IsExact) {
   RgbImage image = test::pattern_image(37, 23);
   RgbImage decoded = decode_image(test::write_png(image));
@@ -27,67 +25,69 @@ TEST(DecodePng, Rgb8IsExact) {
   EXPECT_EQ(decoded.rgb, image.rgb);
 }
 
+using Bytes = std::vector<uint8_t>;
+
+PngSpec png_spec(int width, int height, int color_type, int bit_depth,
+                 std::vector<uint16_t> samples) {
+  PngSpec spec;
+  spec.width = width, spec.height = height;
+  spec.color_type = color_type, spec.bit_depth = bit_depth;
+  spec.samples = std::move(samples);
+  return spec;
+}
+
+// The RGB bytes decoded from a PNG written as `spec` says.
+Bytes rgb_of(const PngSpec& spec) { return decode_image(test::write_png(spec)).rgb; }
+
 TEST(DecodePng, InterlacedGivesTheSamePixels) {
   RgbImage image = test::pattern_image(19, 13);
-  PngSpec spec{19, 13, PNG_COLOR_TYPE_RGB, 8, true, {}, {}, {}};
-  spec.samples.assign(image.rgb.begin(), image.rgb.end());
-  EXPECT_EQ(decode_image(test::write_png(spec)).rgb, image.rgb);
+  PngSpec spec = png_spec(19, 13, PNG_COLOR_TYPE_RGB, 8, {image.rgb.begin(), image.rgb.end()});
+  spec.interlaced = true;
+  EXPECT_EQ(rgb_of(spec), image.rgb);
 }
 
 TEST(DecodePng, GreyBecomesEqualChannels) {
-  PngSpec spec{3, 2, PNG_COLOR_TYPE_GRAY, 8, false, {0, 17, 128, 200, 254, 255}, {}, {}};
-  RgbImage decoded = decode_image(test::write_png(spec));
-  for (int i = 0; i < 6; ++i)
-    for (int c = 0; c < 3; ++c) EXPECT_EQ(decoded.rgb[size_t(i * 3 + c)], spec.samples[size_t(i)]);
+  EXPECT_EQ(rgb_of(png_spec(3, 1, PNG_COLOR_TYPE_GRAY, 8, {0, 17, 255})),
+            (Bytes{0, 0, 0, 17, 17, 17, 255, 255, 255}));
 }
 
 TEST(DecodePng, LowBitGreyIsScaledToTheFullRange) {
-  PngSpec two_bit{4, 1, PNG_COLOR_TYPE_GRAY, 2, false, {0, 1, 2, 3}, {}, {}};
-  EXPECT_EQ(rgb_of(decode_image(test::write_png(two_bit))),
-            (std::vector<uint8_t>{0, 0, 0, 85, 85, 85, 170, 170, 170, 255, 255, 255}));
-  PngSpec one_bit{3, 1, PNG_COLOR_TYPE_GRAY, 1, false, {1, 0, 1}, {}, {}};
-  EXPECT_EQ(rgb_of(decode_image(test::write_png(one_bit))),
-            (std::vector<uint8_t>{255, 255, 255, 0, 0, 0, 255, 255, 255}));
+  EXPECT_EQ(rgb_of(png_spec(4, 1, PNG_COLOR_TYPE_GRAY, 2, {0, 1, 2, 3})),
+            (Bytes{0, 0, 0, 85, 85, 85, 170, 170, 170, 255, 255, 255}));
+  EXPECT_EQ(rgb_of(png_spec(3, 1, PNG_COLOR_TYPE_GRAY, 1, {1, 0, 1})),
+            (Bytes{255, 255, 255, 0, 0, 0, 255, 255, 255}));
 }
 
 TEST(DecodePng, PaletteBecomesItsColoursAndTransparencyIsDropped) {
   for (int depth : {8, 4}) {
-    PngSpec spec{4,
-                 1,
-                 PNG_COLOR_TYPE_PALETTE,
-                 depth,
-                 false,
-                 {2, 0, 1, 2},
-                 {10, 20, 30, 200, 100, 50, 1, 2, 3},
-                 {0, 128}};
-    EXPECT_EQ(rgb_of(decode_image(test::write_png(spec))),
-              (std::vector<uint8_t>{1, 2, 3, 10, 20, 30, 200, 100, 50, 1, 2, 3}))
+    PngSpec spec = png_spec(4, 1, PNG_COLOR_TYPE_PALETTE, depth, {2, 0, 1, 2});
+    spec.palette = {10, 20, 30, 200, 100, 50, 1, 2, 3};
+    spec.transparency = {0, 128};
+    EXPECT_EQ(rgb_of(spec), (Bytes{1, 2, 3, 10, 20, 30, 200, 100, 50, 1, 2, 3}))
         << depth << "-bit palette";
   }
 }
 
 TEST(DecodePng, AlphaIsDroppedNotBlended) {
-  PngSpec rgba{2,  1, PNG_COLOR_TYPE_RGB_ALPHA, 8, false, {10, 20, 30, 0, 250, 240, 230, 77},
-               {}, {}};
-  EXPECT_EQ(rgb_of(decode_image(test::write_png(rgba))),
-            (std::vector<uint8_t>{10, 20, 30, 250, 240, 230}));
-  PngSpec grey_alpha{2, 1, PNG_COLOR_TYPE_GRAY_ALPHA, 8, false, {90, 0, 160, 255}, {}, {}};
-  EXPECT_EQ(rgb_of(decode_image(test::write_png(grey_alpha))),
-            (std::vector<uint8_t>{90, 90, 90, 160, 160, 160}));
+  EXPECT_EQ(rgb_of(png_spec(2, 1, PNG_COLOR_TYPE_RGB_ALPHA, 8, {10, 20, 30, 0, 250, 240, 230, 77})),
+            (Bytes{10, 20, 30, 250, 240, 230}));
+  EXPECT_EQ(rgb_of(png_spec(2, 1, PNG_COLOR_TYPE_GRAY_ALPHA, 8, {90, 0, 160, 255})),
+            (Bytes{90, 90, 90, 160, 160, 160}));
+  PngSpec grey_key = png_spec(4, 1, PNG_COLOR_TYPE_GRAY, 2, {0, 1, 2, 3});
+  grey_key.transparency = {1};
+  EXPECT_EQ(rgb_of(grey_key), (Bytes{0, 0, 0, 85, 85, 85, 170, 170, 170, 255, 255, 255}));
+  PngSpec rgb_key = png_spec(2, 1, PNG_COLOR_TYPE_RGB, 8, {10, 10, 10, 9, 10, 11});
+  rgb_key.transparency = {10};
+  EXPECT_EQ(rgb_of(rgb_key), (Bytes{10, 10, 10, 9, 10, 11}));
 }
 
 TEST(DecodePng, SixteenBitKeepsTheHighByte) {
-  PngSpec rgb16{2,  1,     PNG_COLOR_TYPE_RGB,
-                16, false, {0x1234, 0xffff, 0x00ff, 0x8000, 0x80ff, 0x0100},
-                {}, {}};
-  EXPECT_EQ(rgb_of(decode_image(test::write_png(rgb16))),
-            (std::vector<uint8_t>{0x12, 0xff, 0x00, 0x80, 0x80, 0x01}));
-  PngSpec grey16{1, 1, PNG_COLOR_TYPE_GRAY, 16, false, {0xabcd}, {}, {}};
-  EXPECT_EQ(rgb_of(decode_image(test::write_png(grey16))),
-            (std::vector<uint8_t>{0xab, 0xab, 0xab}));
-  PngSpec rgba16{1,  1, PNG_COLOR_TYPE_RGB_ALPHA, 16, false, {0x0102, 0x0304, 0x0506, 0x0000},
-                 {}, {}};
-  EXPECT_EQ(rgb_of(decode_image(test::write_png(rgba16))), (std::vector<uint8_t>{1, 3, 5}));
+  EXPECT_EQ(rgb_of(png_spec(2, 1, PNG_COLOR_TYPE_RGB, 16,
+                            {0x1234, 0xffff, 0x00ff, 0x8000, 0x80ff, 0x0100})),
+            (Bytes{0x12, 0xff, 0x00, 0x80, 0x80, 0x01}));
+  EXPECT_EQ(rgb_of(png_spec(1, 1, PNG_COLOR_TYPE_GRAY, 16, {0xabcd})), (Bytes{0xab, 0xab, 0xab}));
+  EXPECT_EQ(rgb_of(png_spec(1, 1, PNG_COLOR_TYPE_RGB_ALPHA, 16, {0x0102, 0x0304, 0x0506, 0})),
+            (Bytes{1, 3, 5}));
 }
 
 TEST(DecodeJpeg, ColourAndGreyWithinJpegLoss) {

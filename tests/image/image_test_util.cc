@@ -64,8 +64,13 @@ std::vector<uint8_t> write_png(const PngSpec& spec) {
   if (!spec.palette.empty())
     png_set_PLTE(png, info, reinterpret_cast<png_const_colorp>(spec.palette.data()),
                  int(spec.palette.size() / 3));
-  if (!spec.transparency.empty())
+  if (!spec.transparency.empty() && spec.color_type == PNG_COLOR_TYPE_PALETTE) {
     png_set_tRNS(png, info, spec.transparency.data(), int(spec.transparency.size()), nullptr);
+  } else if (!spec.transparency.empty()) {  // grey or RGB: the one sample value that is transparent
+    png_color_16 key{};
+    key.gray = key.red = key.green = key.blue = spec.transparency[0];
+    png_set_tRNS(png, info, nullptr, 0, &key);
+  }
   const int per_row = spec.width * channels_of(spec.color_type);
   std::vector<std::vector<uint8_t>> rows;
   std::vector<png_bytep> pointers;

@@ -15,7 +15,8 @@ struct PngSpec {
   bool interlaced = false;
   std::vector<uint16_t> samples;  // one value a sample, rows top to bottom, packed by the writer
   std::vector<uint8_t> palette;   // RGB triples, for palette images
-  std::vector<uint8_t> transparency;  // tRNS alpha per palette entry
+  std::vector<uint8_t>
+      transparency;  // tRNS: alpha per palette entry, or the transparent grey/RGB value
 };
 
 std::vector<uint8_t> write_png(const PngSpec& spec);
