@@ -6,6 +6,7 @@ SUDO=""
 packages=(
   g++ cmake ninja-build pkg-config
   nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libpcre2-dev libutf8proc-dev
+  libpng-dev libjpeg62-turbo-dev  # image input (src/image/)
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   python3 python3-jinja2 python3-jsonschema curl  # jsonschema: tests/e2e/test_structured_output.py

@@ -22,7 +22,7 @@ case "$kind" in
     e2e="$e2e|server_openai|anthropic_api|responses_api|structured_output|streamed_tool_calls"
     flags="-DELLM_SANITIZE=ON -DELLM_FUZZ=ON"
     export CXX=clang++
-    targets="ellm test_base test_kernels test_model test_text test_grammar test_engine test_server"
+    targets="ellm test_base test_kernels test_model test_text test_grammar test_image test_engine test_server"
     targets="$targets $(ls fuzz/fuzz_*.cc | xargs -n1 basename | sed 's/\.cc$//')" ;;
   tsan)
     flags=-DELLM_TSAN=ON

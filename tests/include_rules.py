@@ -11,11 +11,11 @@ import re
 import sys
 
 TIERS = ["kernels/scalar", "kernels/avx2", "kernels/avx512", "kernels/amx"]
-LAYERS = ["base", "kernels", "model", "text", "grammar", "engine", "server", "tools", "cli"]
+LAYERS = ["base", "kernels", "model", "text", "grammar", "image", "engine", "server", "tools", "cli"]
 
 # (folders whose files are checked, folders they may not include from, why)
 RULES = [
-    (["base"], ["kernels", "model", "text", "grammar", "engine", "server", "tools", "cli"],
+    (["base"], ["kernels", "model", "text", "grammar", "image", "engine", "server", "tools", "cli"],
      "base is the bottom layer"),
     (["kernels"], ["model", "text", "engine", "server", "tools", "cli"],
      "kernels know nothing of models and requests"),
@@ -24,9 +24,11 @@ RULES = [
     (["grammar"], ["model", "kernels", "engine", "server"],
      "grammar (constrained decoding) knows text and base only, and sits below engine"),
     (["text"], ["model", "kernels"], "text knows nothing of tensors"),
+    (["image"], ["kernels", "model", "text", "grammar", "engine", "server"],
+     "image (decoding and preprocessing) knows base only"),
     (["server"], ["model", "kernels"], "server knows nothing of kernels and tensors"),
     (["engine"], ["server", "cli"], "engine knows nothing of HTTP"),
-    (["base", "kernels", "model", "text", "grammar", "engine", "server"], ["tools", "cli"],
+    (["base", "kernels", "model", "text", "grammar", "image", "engine", "server"], ["tools", "cli"],
      "benchmark and test helpers (tools/) and the commands (cli/) are not part of the layers"),
     (["model/load"], ["model/arch", "model/blocks", "model/memory", "model/decoder.h",
                       "model/registry.h"], "loading a checkpoint knows nothing of the forward pass"),
@@ -90,6 +92,8 @@ def self_test():
     samples = [("server/x.cc", "model/model.h"), ("server/x.cc", "kernels/kernels.h"),
                ("model/x.cc", "engine/engine.h"), ("kernels/x.cc", "server/server.h"),
                ("text/x.cc", "kernels/kernels.h"), ("text/jinja/x.cc", "model/config.h"),
+               ("image/x.cc", "model/model.h"), ("image/x.cc", "text/chat_template.h"),
+               ("base/x.cc", "image/decode.h"),
                ("kernels/avx2/x.cc", "kernels/avx512/avx512.h"), ("engine/x.cc", "tools/make_model.h"),
                ("kernels/x.cc", "model/model.h"), ("base/x.cc", "kernels/kernels.h"),
                ("grammar/x.cc", "engine/engine.h"), ("text/x.cc", "grammar/json_schema.h"),
@@ -104,7 +108,8 @@ def self_test():
             ("model/arch/qwen35.cc", "model/arch/qwen35.h"), ("model/registry.cc", "model/arch/qwen3.h"),
             ("model/arch/qwen3.h", "model/blocks/attention.h"), ("model/blocks/moe.h", "model/memory/kv_cache.h"),
             ("model/decoder.h", "model/memory/sequence_memory.h"),
-            ("engine/scheduler/x.cc", "model/model.h"), ("server/x.cc", "engine/scheduler/scheduler.h")]
+            ("engine/scheduler/x.cc", "model/model.h"), ("server/x.cc", "engine/scheduler/scheduler.h"),
+            ("image/x.cc", "base/hash.h"), ("server/x.cc", "image/decode.h"), ("engine/x.cc", "image/processor.h")]
     assert len(breaches(samples)) == len(samples), breaches(samples)
     assert not breaches(fine), breaches(fine)
 

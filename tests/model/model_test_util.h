@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "test_helpers.h"
 #include "model/config.h"
 #include "tools/hf_config.h"
 #include "model/model.h"
@@ -111,21 +112,6 @@ inline ModelConfig small_moe_config() {
   return c;
 }
 
-// Runs fn and returns the Error message it throws ("" if none).
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-inline std::string shared_dir() {
-  const char* env = std::getenv("ELLM_SHARED");
-  return env ? env : ELLM_SHARED;
-}
 
 // The folder of one of the shared models (shared/models/NAME).
 inline std::string shared_model(const std::string& name) { return shared_dir() + "/models/" + name; }
