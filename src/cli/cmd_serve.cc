@@ -91,7 +91,8 @@ void on_stop_signal(int sig) {
 int cmd_serve(int argc, char** argv) {
   CLI::App app{"OpenAI/vLLM-compatible HTTP server", "ellm serve"};
   std::string model_path, host = "0.0.0.0", served_name, api_key, chat_template_file, tool_parser;
-  std::string kv_memory = "0", max_body = "8M", scripted;
+  std::string kv_memory = "0", max_body = "32M", scripted, allowed_local_media_path;
+  int64_t max_image_tokens = 0;
   double scripted_token_ms = 0;
   std::string session_memory, session_dir, session_disk, replica_id, speculative = "none";
   int64_t num_speculative_tokens = -1;
@@ -124,7 +125,13 @@ int cmd_serve(int argc, char** argv) {
   add_rope_scaling_option(app);
   app.add_option("--chat-template", chat_template_file, "Jinja file replacing the model's chat template");
   app.add_option("--tool-call-parser", tool_parser, "hermes, qwen3_coder or none (default: from the template)");
-  app.add_option("--max-body-size", max_body, "largest request body, e.g. 8M")->capture_default_str();
+  app.add_option("--max-body-size", max_body, "largest request body, e.g. 8M (images come inside it)")
+      ->capture_default_str();
+  app.add_option("--max-image-tokens", max_image_tokens,
+                 "most image tokens one request may hold (0 = only the sequence length limits them)")
+      ->capture_default_str();
+  app.add_option("--allowed-local-media-path", allowed_local_media_path,
+                 "folder whose images requests may name as file:// URLs (default: data: URIs only)");
   app.add_option("--shutdown-grace", shutdown_grace, "seconds in-flight requests get on SIGTERM")->capture_default_str();
   app.add_option("--max-connections", max_connections, "connections served at once (one thread each)")->capture_default_str();
   app.add_option("--max-connections-per-client", max_per_client,
@@ -292,6 +299,10 @@ int cmd_serve(int argc, char** argv) {
     draft = Model::load(draft_path, draft_limits, model.get());
   }
   Engine engine(std::move(model), tokenizer, engine_options, std::move(draft));
+  if (max_image_tokens < 0) throw Error("serve --max-image-tokens must not be negative");
+  server_options.max_image_tokens = max_image_tokens;
+  server_options.allowed_local_media_path = allowed_local_media_path;
+  if (engine.image_token_id() >= 0) server_options.image_processor = ImageProcessorConfig::load(model_path);
   Server server(engine, chat_template, server_options);
   int bound = server.bind(host, port);
   live_engine.store(&engine);

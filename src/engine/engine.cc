@@ -202,6 +202,7 @@ std::vector<SessionInfo> Engine::list_sessions() { return impl_->scheduler.list_
 int64_t Engine::drop_sessions() { return impl_->scheduler.drop_sessions(); }
 void Engine::shutdown(std::chrono::steady_clock::time_point deadline) { impl_->scheduler.shutdown(deadline); }
 int64_t Engine::sequence_length() const { return impl_->model->limits().sequence_length; }
+int32_t Engine::image_token_id() const { return impl_->model->image_token_id(); }
 bool Engine::resumes_at_snapshots() const {
   return impl_->options.session_cache && impl_->model->has_recurrent_state();
 }

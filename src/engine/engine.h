@@ -143,6 +143,8 @@ class Engine {
   void shutdown(std::chrono::steady_clock::time_point deadline);
   // What the server needs of the model and its tokenizer.
   int64_t sequence_length() const;
+  // The model's <|image_pad|> id when it has a vision tower, else -1.
+  int32_t image_token_id() const;
   // A hybrid model with the session cache: sessions resume at snapshots of its state, so a
   // request's GenerateRequest::history_end is worth finding.
   bool resumes_at_snapshots() const;

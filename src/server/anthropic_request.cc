@@ -41,14 +41,35 @@ std::string block_text(const json& block, const std::string& at) {
   return text->get<std::string>();
 }
 
+// An image block ({"source": {"type": "base64", "media_type", "data"}}) as a chat image_url
+// part with a data: URI; the server reads it when the model has a vision tower. Images by URL
+// are not fetched.
+json image_part(const json& block, const std::string& at) {
+  const json* source = field(block, "source");
+  const json* type = source && source->is_object() ? field(*source, "type") : nullptr;
+  if (!type || !type->is_string()) throw_bad_request(at + ": an image block needs a 'source' with a 'type'", "messages");
+  if (*type != "base64")
+    throw_bad_request(at + ": image sources of type '" + type->get<std::string>() +
+                          "' are not supported (send the image as base64)", "messages");
+  const json* media = field(*source, "media_type");
+  const json* data = field(*source, "data");
+  if (!media || !media->is_string() || !data || !data->is_string())
+    throw_bad_request(at + ": a base64 image source needs string 'media_type' and 'data'", "messages");
+  json image_url = json::object();
+  image_url["url"] = "data:" + media->get<std::string>() + ";base64," + data->get<std::string>();
+  return {{"type", "image_url"}, {"image_url", std::move(image_url)}};
+}
+
 [[noreturn]] void unsupported_block(const std::string& type, const std::string& at) {
-  if (type == "image" || type == "document")
-    throw_bad_request(at + ": '" + type + "' content is not supported: this server's model reads text only", "messages");
+  if (type == "document")
+    throw_bad_request(at + ": '" + type + "' content is not supported: this server reads text and images", "messages");
   throw_bad_request(at + ": content block type '" + type + "' is not supported here", "messages");
 }
 
-// Text of a string or of a list of text blocks (system prompts, tool results).
-std::string text_of(const json& content, const std::string& at, bool drop_billing_header = false) {
+// Text of a string or of a list of text blocks (system prompts, tool results); a tool result's
+// image blocks go to `images` as chat parts.
+std::string text_of(const json& content, const std::string& at, bool drop_billing_header = false,
+                    json* images = nullptr) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) throw_bad_request(at + ": expected a string or a list of text blocks", "messages");
   std::string text;
@@ -58,6 +79,10 @@ std::string text_of(const json& content, const std::string& at, bool drop_billin
     if (type == "tool_reference") {  // a deferred tool that tool search loaded: it joins the tools
       const json* name = field(content[i], "tool_name");
       text += std::string(text.empty() ? "" : "\n\n") + "Tool loaded: " + (name && name->is_string() ? name->get<std::string>() : "");
+      continue;
+    }
+    if (type == "image" && images) {
+      images->push_back(image_part(content[i], part_at));
       continue;
     }
     if (type != "text") unsupported_block(type, part_at);
@@ -93,6 +118,8 @@ void add_user(const Entry& e, const std::set<std::string>& open_calls, json& out
     const std::string type = block_type(block, at);
     if (type == "text") {
       parts.push_back(text_part(block_text(block, at)));
+    } else if (type == "image") {
+      parts.push_back(image_part(block, at));
     } else if (type == "tool_result") {
       const json* id = field(block, "tool_use_id");
       if (!id || !id->is_string()) throw_bad_request(at + ": a tool_result needs a string 'tool_use_id'", "messages");
@@ -100,12 +127,19 @@ void add_user(const Entry& e, const std::set<std::string>& open_calls, json& out
         throw_bad_request(at + ": tool_result '" + id->get<std::string>() +
                               "' answers no tool_use of the last assistant message", "messages");
       const json* content = field(block, "content");
-      std::string text = content ? text_of(*content, at + ".content") : "";
+      json images = json::array();
+      std::string text = content ? text_of(*content, at + ".content", false, &images) : "";
       const json* is_error = field(block, "is_error");
       if (is_error && !is_error->is_boolean()) throw_bad_request(at + ": 'is_error' must be a boolean", "messages");
       if (is_error && is_error->get<bool>()) text = "Error: " + text;
       flush();
-      out.push_back({{"role", "tool"}, {"tool_call_id", *id}, {"content", std::move(text)}});
+      // A screenshot a tool returns: the result's text, then its images, as parts.
+      json result = images.empty() ? json(std::move(text)) : json::array();
+      if (!images.empty()) {
+        if (!text.empty()) result.push_back(text_part(std::move(text)));
+        for (json& image : images) result.push_back(std::move(image));
+      }
+      out.push_back({{"role", "tool"}, {"tool_call_id", *id}, {"content", std::move(result)}});
     } else if (type == "tool_use" || type == "thinking" || type == "redacted_thinking") {
       throw_bad_request(at + ": a '" + type + "' block belongs in an assistant message", "messages");
     } else {

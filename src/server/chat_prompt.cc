@@ -90,6 +90,7 @@ std::string system_prefix(const ChatTemplate& chat_template, const nlohmann::ord
 // As vLLM: the template always sees the tools. tool_choice "none" turns off parsing and bans
 // the tool-call token; "required" and a named function are enforced by the grammar.
 std::string Server::Impl::prepare_chat(ChatRequest& request) const {
+  std::vector<PreparedImage> images = chat_images(request.messages);
   nlohmann::ordered_json tools = request.tools.empty() ? nlohmann::ordered_json(nullptr) : request.tools;
   std::string prompt = chat_template.render(request.messages, tools,
                                             /*add_generation_prompt=*/true, request.template_kwargs);
@@ -108,6 +109,7 @@ std::string Server::Impl::prepare_chat(ChatRequest& request) const {
     request.generate.system_end =
         prefix_end(ids, prompt, system_prefix(chat_template, request.messages, tools, request.template_kwargs));
   }
+  place_images(std::move(images), request.generate);
   request.generate.constraint = chat_constraint(request, options.tool_call_format, options.parse_reasoning, prompt);
   return prompt;
 }

@@ -52,8 +52,21 @@ void log_skipped_once(const std::string& what) {
     log_info("responses: " + what + " is skipped: it has no definition a local model could call");
 }
 
-// Text of a message's content (a string or parts) as chat text parts. Images are refused by
-// name until the model side has vision.
+// input_image: its image_url (a data: URI) as a chat image_url part; a file_id needs the Files
+// API, which this server does not keep.
+json image_part(const json& part, const std::string& at) {
+  const json* url = field(part, "image_url");
+  if (!url || !url->is_string()) {
+    if (field(part, "file_id")) bad(at + ": input_image by file_id needs stored files; send 'image_url' as a data: URI");
+    bad(at + ": input_image needs a string 'image_url'");
+  }
+  json image_url = json::object();
+  image_url["url"] = *url;
+  return {{"type", "image_url"}, {"image_url", std::move(image_url)}};
+}
+
+// A message's content (a string or parts) as chat parts: text, and images as image_url parts
+// (the server reads them when the model has a vision tower, and refuses them otherwise).
 json text_parts(const json& content, const std::string& where) {
   json parts = json::array();
   if (content.is_string()) {
@@ -71,17 +84,24 @@ json text_parts(const json& content, const std::string& where) {
       parts.push_back({{"type", "text"}, {"text", string_of(part, "text", at, "input")}});
     else if (type == "refusal")
       parts.push_back({{"type", "text"}, {"text", string_of(part, "refusal", at, "input")}});
-    else if (type == "input_image" || type == "input_file" || type == "input_audio")
-      bad(at + ": '" + type + "' parts are not supported: this server takes text only (no vision yet)");
+    else if (type == "input_image")
+      parts.push_back(image_part(part, at));
+    else if (type == "input_file" || type == "input_audio")
+      bad(at + ": '" + type + "' parts are not supported: this server takes text and images");
     else
       bad(at + ": unknown content part type '" + type + "'");
   }
   return parts;
 }
 
+bool has_image(const json& parts) {
+  return std::any_of(parts.begin(), parts.end(), [](const json& p) { return p["type"] == "image_url"; });
+}
+
 std::string joined_text(const json& parts) {
   std::string text;
-  for (const json& p : parts) text += p["text"].get<std::string>();
+  for (const json& p : parts)
+    if (p["type"] == "text") text += p["text"].get<std::string>();
   return text;
 }
 
@@ -171,7 +191,9 @@ class MessageBuilder {
       bad(where + ": no function_call or custom_tool_call with call_id '" + call_id + "' comes before this output");
     const json* out = field(it, "output");
     if (!out) bad(where + " needs 'output'");
-    messages_.push_back({{"role", "tool"}, {"tool_call_id", call_id}, {"content", joined_text(text_parts(*out, where + ".output"))}});
+    json parts = text_parts(*out, where + ".output");
+    json content = has_image(parts) ? std::move(parts) : json(joined_text(parts));
+    messages_.push_back({{"role", "tool"}, {"tool_call_id", call_id}, {"content", std::move(content)}});
   }
 
   std::string system_, reasoning_;

@@ -162,8 +162,10 @@ void Server::Impl::tokenize(const httplib::Request& req, httplib::Response& res)
   ojson body = parse_body(req.body);
   if (auto it = body.find("model"); it != body.end() && it->is_string()) check_model_name(it->get<std::string>());
   std::string text;
+  std::vector<PreparedImage> images;
   if (auto it = body.find("messages"); it != body.end()) {
     if (!it->is_array() || it->empty()) throw_bad_request("'messages' must be a non-empty list", "messages");
+    images = chat_images(*it);
     bool add_generation_prompt = body.value("add_generation_prompt", true);
     ojson tools = body.contains("tools") && body["tools"].is_array() ? body["tools"] : ojson(nullptr);
     ojson kwargs = body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object() ? body["chat_template_kwargs"] : ojson::object();
@@ -173,7 +175,10 @@ void Server::Impl::tokenize(const httplib::Request& req, httplib::Response& res)
   } else {
     throw_bad_request("'prompt' (a string) or 'messages' is required", "prompt");
   }
-  std::vector<int32_t> ids = engine.encode(text);
+  GenerateRequest request;  // its prompt with each image's tokens in place
+  request.prompt = engine.encode(text);
+  place_images(std::move(images), request);
+  const std::vector<int32_t>& ids = request.prompt;
   json strs = nullptr;
   if (body.value("return_token_strs", false)) {
     strs = json::array();

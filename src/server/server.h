@@ -5,9 +5,11 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/engine.h"
+#include "image/processor.h"
 #include "server/http_server.h"
 #include "server/output_parser.h"
 
@@ -24,6 +26,13 @@ struct ServerOptions {
   ToolCallFormat tool_call_format = ToolCallFormat::none;
   bool parse_reasoning = true;            // split <think>...</think> into reasoning_content
   ConnectionLimits connections;           // timeouts, deadline, per-client cap (http_server.h)
+  // Images, for a model with a vision tower (Engine::image_token_id() >= 0): the processor's
+  // settings (the folder's preprocessor_config.json), the most image tokens one request may hold
+  // (0: only the context limits them), and a folder whose files image parts may name as
+  // file:// URLs ("": data URIs only). URLs on the network are never fetched.
+  std::optional<ImageProcessorConfig> image_processor;
+  int64_t max_image_tokens = 0;
+  std::string allowed_local_media_path;
 };
 
 class Server {

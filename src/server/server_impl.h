@@ -49,6 +49,10 @@ struct Server::Impl {
   // A chat request's prompt, rendered into request.generate (ids, history end, constraint);
   // returns the text. Chat completions, Messages and Responses start here.
   std::string prepare_chat(ChatRequest& request) const;
+  // The image parts of the messages, decoded and prepared (400 for one that cannot be), and
+  // then each image's pad in the tokenized prompt widened to its tokens (server/chat_images.cc).
+  std::vector<PreparedImage> chat_images(const nlohmann::ordered_json& messages) const;
+  void place_images(std::vector<PreparedImage> images, GenerateRequest& request) const;
   // The parser of a chat reply: reasoning, and tool calls unless tool_choice is none.
   std::unique_ptr<OutputParser> chat_parser(const ChatRequest& request, const std::string& prompt) const;
   std::shared_ptr<RequestStream> submit(GenerateRequest request);

@@ -171,7 +171,7 @@ async function bad() {
   await expectError({ model, max_tokens: 5, messages: [{ role: "user", content: [{ type: "text" }] }] }, 400,
                     /messages\[0\]\.content\[0\]: a text block needs a string 'text'/);
   await expectError({ model, max_tokens: 5, messages: [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data: "iVBORw0KGgo=" } }] }] },
-                    400, /'image' content is not supported/);
+                    400, /takes text only/);
   await expectError({ model, max_tokens: 5, messages, tools: [{ type: "frobnicate_2030", name: "f" }] }, 400,
                     /unknown tool type 'frobnicate_2030'/);
   await expectError({ model, max_tokens: 5, messages: [{ role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_x", content: "1" }] }] },

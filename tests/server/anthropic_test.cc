@@ -121,9 +121,31 @@ TEST(MessagesRequest, DeferredToolsJoinOnceToolSearchLoadsThem) {
   EXPECT_EQ(chat.messages[2]["content"], "Tool loaded: WebFetch");
 }
 
+// Images (a user's, and a screenshot a tool returns) become chat image_url parts with data URIs,
+// in place; the server reads them when the model has a vision tower.
+TEST(MessagesRequest, ImageBlocksBecomeImageUrlPartsAlsoInToolResults) {
+  json body = body_with(json::array(
+      {user(json::parse(R"([{"type":"image","source":{"type":"base64","media_type":"image/png","data":"QUJD"}},
+            {"type":"text","text":"What is it?"}])")),
+       {{"role", "assistant"}, {"content", json::parse(R"([{"type":"tool_use","id":"t1","name":"shot","input":{}}])")}},
+       user(json::parse(R"([{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"taken"},
+            {"type":"image","source":{"type":"base64","media_type":"image/jpeg","data":"REVG"}}]}])"))}));
+  body["tools"] = json::parse(R"([{"name":"shot","input_schema":{"type":"object"}}])");
+  const json& m = parse_messages_request(body, {}).chat.messages;
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[0]["content"][0], json::parse(R"({"type":"image_url","image_url":{"url":"data:image/png;base64,QUJD"}})"));
+  EXPECT_EQ(m[0]["content"][1]["text"], "What is it?");
+  EXPECT_EQ(m[2]["role"], "tool");
+  EXPECT_EQ(m[2]["content"], json::parse(R"([{"type":"text","text":"taken"},
+      {"type":"image_url","image_url":{"url":"data:image/jpeg;base64,REVG"}}])"));
+  EXPECT_NE(error_of(body_with({user(json::parse(R"([{"type":"image","source":{"type":"url","url":"https://x/y.png"}}])"))}))
+                .find("messages[0].content[0]: image sources of type 'url' are not supported"),
+            std::string::npos);
+}
+
 TEST(MessagesRequest, BadInputIsA400NamingThePart) {
   EXPECT_NE(error_of(body_with({user(json::parse(R"([{"type":"image","source":{"type":"base64"}}])"))}))
-                .find("messages[0].content[0]: 'image' content is not supported"),
+                .find("messages[0].content[0]: a base64 image source needs"),
             std::string::npos);
   EXPECT_EQ(status_of(body_with({user(json::parse(R"([{"text":"no type"}])"))})), 400);
   EXPECT_EQ(status_of(body_with({user(json::parse(R"([{"type":"text","text":7}])"))})), 400);

@@ -70,6 +70,23 @@ TEST(ResponsesRequest, ToolKinds) {
   EXPECT_EQ(r.chat.forced_function, "apply_patch");
 }
 
+TEST(ResponsesRequest, InputImagesBecomeImageUrlPartsAlsoInFunctionCallOutputs) {
+  const ResponsesRequest r = parse(R"({"input": [
+      {"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,QUJD"}, {"type": "input_text", "text": "Hi"}]},
+      {"type": "function_call", "call_id": "c1", "name": "shot", "arguments": "{}"},
+      {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "taken"},
+                                                                  {"type": "input_image", "image_url": "data:image/png;base64,REVG"}]},
+      {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "plain"}]}]})");
+  const json& m = r.chat.messages;
+  ASSERT_EQ(m.size(), 4u);
+  EXPECT_EQ(m[0]["content"][0], json::parse(R"({"type":"image_url","image_url":{"url":"data:image/png;base64,QUJD"}})"));
+  EXPECT_EQ(m[2]["content"], json::parse(R"([{"type":"text","text":"taken"},
+      {"type":"image_url","image_url":{"url":"data:image/png;base64,REVG"}}])"));
+  EXPECT_EQ(m[3]["content"], "plain");  // without an image, a tool's output stays text
+  EXPECT_NE(std::string(refusal(R"({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]})").what()).find("file_id"),
+            std::string::npos);
+}
+
 TEST(ResponsesRequest, BadInputNamesTheField) {
   EXPECT_EQ(refusal(R"({"input": "hi", "tools": [{"type": "hologram"}]})").param, "tools");
   EXPECT_EQ(refusal(R"({"input": [{"type": "function_call_output", "call_id": "x", "output": "1"}]})").param, "input");

@@ -1,0 +1,169 @@
+"""Images through the real server (issue 40), on tiny-qwen35-vl against shared/golden/tiny-qwen35-vl:
+- every chat.json case tokenizes (/tokenize with its messages) to the reference prompt ids exactly,
+  image pads widened; answers with prompt_tokens = len(prompt_ids); reproduces the reference's
+  greedy tokens over its safe prefix (as text);
+- the same images as Anthropic image blocks (also inside a tool_result) and Responses input_image
+  parts (also inside a function_call_output) give the chat prompt's token count;
+- a resent conversation reuses its cache without encoding its images again; a changed screenshot
+  is encoded and the cache is used only up to it;
+- bad images get a 400 naming the part: corrupt, unknown format, a URL, a file:// without the
+  flag, too many image tokens (--max-image-tokens), and any image on a text-only model.
+"""
+import base64
+import json
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from server_harness import SHARED, Server, check  # noqa: E402
+
+NAME = "tiny-qwen35-vl"
+GOLDEN = os.path.join(SHARED, "golden", NAME)
+MODEL = os.path.join(SHARED, "models", NAME)
+
+
+def image_uri(file):
+    data = open(os.path.join(GOLDEN, "images", file), "rb").read()
+    return "data:image/png;base64," + base64.b64encode(data).decode()
+
+
+def metric(s, name):
+    status, text = s.get("/metrics")
+    m = re.search(r"^" + re.escape(name) + r"(?:\{[^}]*\})? (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def golden_cases(s):
+    golden = json.load(open(os.path.join(GOLDEN, "chat.json")))
+    checked = 0
+    for case in golden["cases"]:
+        what = case["name"]
+        request = dict(case["request"], session_cache=False)
+        status, tok = s.post("/tokenize", {k: v for k, v in request.items() if k in ("messages", "chat_template_kwargs")})
+        check(status == 200, f"{what}: tokenize {status} {tok}")
+        check(tok["tokens"] == case["prompt_ids"], f"{what}: prompt ids differ from the reference")
+        status, r = s.post("/v1/chat/completions", dict(request, max_tokens=len(case["completion_ids"])))
+        check(status == 200, f"{what}: {status} {r}")
+        check(r["usage"]["prompt_tokens"] == len(case["prompt_ids"]), f"{what}: prompt_tokens {r['usage']}")
+        message = r["choices"][0]["message"]
+        text = (message.get("reasoning_content") or "") + (message.get("content") or "")
+        status, d = s.post("/detokenize", {"tokens": case["completion_ids"][:case["safe_prefix"]]})
+        expected = d["prompt"].rstrip("\ufffd")
+        check(text.startswith(expected), f"{what}: {text!r} does not start with the reference's {expected!r}")
+        checked += case["safe_prefix"]
+    check(checked > 0, "no safe token checked")
+    print(f"ok: {len(golden['cases'])} golden image cases, {checked} safe tokens reproduced")
+    return golden
+
+
+def other_apis(s, golden):
+    a, c = image_uri("a_64x96.png"), image_uri("c_320x180.png")
+    chat = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": a}},
+                                         {"type": "text", "text": "What is this?"}]}]
+    status, r = s.post("/v1/chat/completions", {"messages": chat, "max_tokens": 1})
+    check(status == 200, f"chat: {status} {r}")
+    chat_tokens = r["usage"]["prompt_tokens"]
+    source = {"type": "base64", "media_type": "image/png", "data": a.split(",", 1)[1]}
+    status, m = s.post("/v1/messages", {"model": "m", "max_tokens": 1, "messages": [
+        {"role": "user", "content": [{"type": "image", "source": source}, {"type": "text", "text": "What is this?"}]}]})
+    check(status == 200, f"messages: {status} {m}")
+    usage = m["usage"]
+    got = usage["input_tokens"] + usage.get("cache_read_input_tokens", 0)
+    check(got == chat_tokens, f"messages: {got} input tokens, chat {chat_tokens}")
+    status, n = s.post("/v1/messages/count_tokens", {"model": "m", "messages": [
+        {"role": "user", "content": [{"type": "image", "source": source}, {"type": "text", "text": "What is this?"}]}]})
+    check(status == 200 and n["input_tokens"] == chat_tokens, f"count_tokens: {status} {n}")
+    status, resp = s.post("/v1/responses", {"model": "m", "max_output_tokens": 1, "input": [
+        {"role": "user", "content": [{"type": "input_image", "image_url": a}, {"type": "input_text", "text": "What is this?"}]}]})
+    check(status == 200, f"responses: {status} {resp}")
+    check(resp["usage"]["input_tokens"] == chat_tokens, f"responses: {resp['usage']} vs chat {chat_tokens}")
+
+    # A screenshot a tool returns: inside a tool_result / function_call_output.
+    tools = [{"name": "screenshot", "description": "Takes a screenshot", "input_schema": {"type": "object", "properties": {}}}]
+    screenshot = {"type": "base64", "media_type": "image/png", "data": c.split(",", 1)[1]}
+    status, m = s.post("/v1/messages", {"model": "m", "max_tokens": 1, "tools": tools, "messages": [
+        {"role": "user", "content": "Look at the screen."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "screenshot", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                      "content": [{"type": "text", "text": "done"}, {"type": "image", "source": screenshot}]}]}]})
+    check(status == 200, f"messages tool_result image: {status} {m}")
+    with_image = m["usage"]["input_tokens"] + m["usage"].get("cache_read_input_tokens", 0)
+    status, resp = s.post("/v1/responses", {"model": "m", "max_output_tokens": 1, "tools": [
+        {"type": "function", "name": "screenshot", "parameters": {"type": "object", "properties": {}}}], "input": [
+        {"role": "user", "content": "Look at the screen."},
+        {"type": "function_call", "call_id": "t1", "name": "screenshot", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "t1",
+         "output": [{"type": "input_text", "text": "done"}, {"type": "input_image", "image_url": c}]}]})
+    check(status == 200, f"responses function_call_output image: {status} {resp}")
+    # c is 28 tokens: both carry the image (the text around it differs by API, not by 27 tokens).
+    check(with_image > 28 and resp["usage"]["input_tokens"] > 28, f"tool images: {with_image}, {resp['usage']}")
+    print(f"ok: Messages and Responses images ({chat_tokens} prompt tokens as chat)")
+
+
+def sessions(s):
+    a, b, d = image_uri("a_64x96.png"), image_uri("b_100x70.png"), image_uri("d_80x48.png")
+
+    def conversation(second):
+        return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": a}}, {"type": "text", "text": "First."}]},
+                {"role": "assistant", "content": "Seen."},
+                {"role": "user", "content": [{"type": "text", "text": "And now?"}, {"type": "image_url", "image_url": {"url": second}}]}]
+
+    encoded = metric(s, "ellm:images_encoded_total")
+    status, r1 = s.post("/v1/chat/completions", {"messages": conversation(b), "max_tokens": 2, "temperature": 0})
+    check(status == 200, f"first: {r1}")
+    check(metric(s, "ellm:images_encoded_total") == encoded + 2, "both images encoded the first time")
+    status, r2 = s.post("/v1/chat/completions", {"messages": conversation(b), "max_tokens": 2, "temperature": 0})
+    cached = r2["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
+    check(status == 200 and cached > 0, f"resent: cached {cached} {r2['usage']}")
+    check(metric(s, "ellm:images_encoded_total") == encoded + 2, "a resent conversation encodes no image again")
+    check(r2["choices"][0]["message"] == r1["choices"][0]["message"], "resent: same greedy answer")
+    # The second screenshot changed: the cache holds up to it at most, and only it is encoded.
+    status, r3 = s.post("/v1/chat/completions", {"messages": conversation(d), "max_tokens": 2, "temperature": 0})
+    cached3 = r3["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
+    check(status == 200, f"changed: {r3}")
+    check(metric(s, "ellm:images_encoded_total") == encoded + 3, "only the changed screenshot is encoded")
+    check(cached3 < cached and cached3 < r3["usage"]["prompt_tokens"] - 4,
+          f"changed screenshot: cached {cached3} of {r3['usage']['prompt_tokens']} (resent: {cached})")
+    check(metric(s, "ellm:images_total") >= 6, "images counted")
+    print(f"ok: sessions (resent: {cached} cached, no image encoded; changed screenshot: {cached3} cached)")
+
+
+def bad_images(s):
+    def chat_with(url):
+        return {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                                          {"type": "text", "text": "?"}]}], "max_tokens": 1}
+    png = open(os.path.join(GOLDEN, "images", "a_64x96.png"), "rb").read()
+    cases = {
+        "corrupt": "data:image/png;base64," + base64.b64encode(png[:200]).decode(),
+        "unknown format": "data:image/gif;base64," + base64.b64encode(b"GIF89a" + b"\0" * 40).decode(),
+        "bad base64": "data:image/png;base64,@@@@",
+        "url": "https://example.com/cat.png",
+        "file without the flag": "file:///etc/passwd",
+    }
+    for what, url in cases.items():
+        status, r = s.post("/v1/chat/completions", chat_with(url))
+        check(status == 400 and "messages[0].content[0]" in r["error"]["message"], f"{what}: {status} {r}")
+    status, r = s.post("/v1/chat/completions", chat_with(image_uri("c_320x180.png")))
+    check(status == 400 and "--max-image-tokens" in r["error"]["message"], f"too many image tokens: {status} {r}")
+    status, r = s.post("/v1/chat/completions", chat_with(image_uri("a_64x96.png")))
+    check(status == 200, f"a good image after the bad ones: {status} {r}")
+    print("ok: bad images refused with 400")
+
+
+def main():
+    with Server(MODEL, "--max-image-tokens", "20", sequence_length=1024) as s:
+        bad_images(s)  # the 28-token screenshot exceeds the limit of 20
+    with Server(MODEL, sequence_length=1024) as s:
+        golden = golden_cases(s)
+        other_apis(s, golden)
+        sessions(s)
+    with Server(os.path.join(SHARED, "models", "tiny-qwen35"), sequence_length=512) as s:
+        status, r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": image_uri("a_64x96.png")}}]}], "max_tokens": 1})
+        check(status == 400 and "text only" in r["error"]["message"], f"text-only model: {status} {r}")
+    print("ok: a text-only model refuses images")
+
+
+if __name__ == "__main__":
+    main()
