@@ -72,16 +72,21 @@ void vision_attention(ThreadTeam& team, const VisionAttentionShape& s, const flo
       const int64_t q0 = frame * S + item % blocks * kVisionQueryBlock;
       const int64_t n_q = std::min(kVisionQueryBlock, (frame + 1) * S - q0);
       matmul(queries + q0 * H + h * hd, n_q, H, keys[size_t(sequence)], m.scores, S, false, 0, 1);
+      // The weights stay unnormalised through the second product (each in (0, 1]); its rows
+      // are divided by their sums after it, hd values a row instead of S.
+      float inverse_sums[kVisionQueryBlock];
       for (int64_t q = 0; q < n_q; ++q) {
         float* row = m.scores + q * S;
         const float top = *std::max_element(row, row + S);
         float sum = 0;
         for (int64_t k = 0; k < S; ++k) sum += row[k] = std::exp((row[k] - top) * scale);
-        const float inv = 1.0f / sum;
-        for (int64_t k = 0; k < S; ++k) row[k] *= inv;
+        inverse_sums[q] = 1.0f / sum;
         convert_f32_to_bf16(row, m.probabilities + q * S, S);
       }
-      matmul(m.probabilities, n_q, S, values_t[size_t(sequence)], out + q0 * H + h * hd, H, false, 0, 1);
+      float* o = out + q0 * H + h * hd;
+      matmul(m.probabilities, n_q, S, values_t[size_t(sequence)], o, H, false, 0, 1);
+      for (int64_t q = 0; q < n_q; ++q)
+        for (int64_t d = 0; d < hd; ++d) o[q * H + d] *= inverse_sums[q];
     }
   });
 }
