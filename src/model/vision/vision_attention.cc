@@ -76,12 +76,8 @@ void vision_attention(ThreadTeam& team, const VisionAttentionShape& s, const flo
       // are divided by their sums after it, hd values a row instead of S.
       float inverse_sums[kVisionQueryBlock];
       for (int64_t q = 0; q < n_q; ++q) {
-        float* row = m.scores + q * S;
-        const float top = *std::max_element(row, row + S);
-        float sum = 0;
-        for (int64_t k = 0; k < S; ++k) sum += row[k] = std::exp((row[k] - top) * scale);
-        inverse_sums[q] = 1.0f / sum;
-        convert_f32_to_bf16(row, m.probabilities + q * S, S);
+        inverse_sums[q] = 1.0f / softmax_exp(m.scores + q * S, S, scale);
+        convert_f32_to_bf16(m.scores + q * S, m.probabilities + q * S, S);
       }
       float* o = out + q0 * H + h * hd;
       matmul(m.probabilities, n_q, S, values_t[size_t(sequence)], o, H, false, 0, 1);
