@@ -186,11 +186,16 @@ int cmd_make_model(int argc, char** argv) {
   app.add_flag("--fused-experts", o.fused_experts,
                "Qwen3.5 MoE presets: each layer's experts as two 3-D tensors (experts.gate_up_proj, "
                "experts.down_proj), as the BF16 checkpoints store them; default one tensor per expert");
+  bool no_vision = false;
+  app.add_flag("--no-vision", no_vision,
+               "Qwen3.5 / Qwen3.6 presets: leave out the vision tower (model.visual.*, "
+               "vision_config, preprocessor_config.json), as a text-only folder");
   app.add_option("--out", o.out_dir, "output folder")->required();
   app.add_option("--tokenizer-from", o.tokenizer_dir,
                  "folder with tokenizer.json, tokenizer_config.json, chat_template.jinja "
                  "(default: $ELLM_SHARED/text/qwen3)");
   if (int code = parse(app, argc, argv); code >= 0) return code;
+  o.vision = !no_vision;
   if (o.tokenizer_dir.empty()) o.tokenizer_dir = default_tokenizer_dir(preset_tokenizer(o.preset));
   make_model(o);
   log_info("wrote " + o.out_dir);

@@ -29,6 +29,7 @@ using NormRopeFn = void(const float* x, int64_t n_heads, int64_t head_dim, const
 using RopePartialFn = void(float* x, int64_t n_heads, int64_t ldx, int64_t rotary_dim,
                            const float* cos, const float* sin);
 using SiluMulFn = void(const float* gate, const float* up, float* out, int64_t count);
+using SoftmaxExpFn = float(float* x, int64_t count, float scale);
 // out[t][r] = x[t] . w[r] (x: [m][dim] at stride ldx, w: [rows][dim], out at stride ldo), FP32 in
 // one order on every tier: input i goes into lane i % kDotLanes by FMA, then the lanes are summed
 // as a tree (finish_dot_lanes).
@@ -139,6 +140,7 @@ struct KernelTable {
   NormRopeFn* norm_rope;
   RopePartialFn* rope_partial;
   SiluMulFn* silu_mul;
+  SoftmaxExpFn* softmax_exp;
   DotRowsF32Fn* dot_rows_f32;
   Conv1dSiluFn* conv1d_silu;
   L2normFn* l2norm;

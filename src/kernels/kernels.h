@@ -140,6 +140,10 @@ void rope_partial(float* x, int64_t n_heads, int64_t ldx, int64_t rotary_dim, co
 // out[i] = silu(gate[i]) * up[i]
 void silu_mul(const float* gate, const float* up, float* out, int64_t count);
 
+// A softmax's weights before the division: x[i] = exp((x[i] - max(x)) * scale) in place, for
+// i < count (count > 0); returns their sum. The SIMD tiers' e^x is the attention's (~2 ulp).
+float softmax_exp(float* x, int64_t count, float scale);
+
 // out[t][r] = x[t] . w[r] for t < m, r < rows (x: [m][dim] at stride ldx, w: [rows][dim], out
 // at stride ldo), FP32: the same bits on every tier and for any m (a small product kept in FP32,
 // such as a MoE router).

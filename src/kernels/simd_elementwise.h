@@ -3,6 +3,7 @@
 // and instantiated by each SIMD tier with its own compile flags (kernels/<tier>/elementwise.cc),
 // so the 8- and 16-lane versions are one algorithm. Whole vectors here; a tail shorter than a
 // vector is a masked vector where V has masks (V::kMaskedTail), else the scalar twin.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -166,6 +167,26 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t count) {
     V::store(out + i, V::mul(silu, V::load(up + i, n)), n);
   });
   scalar_kernels.silu_mul(gate + done, up + done, out + done, count - done);
+}
+
+template <class V>
+float softmax_exp(float* x, int64_t count, float scale) {
+  auto top_lanes = V::set1(x[0]);
+  const int64_t whole = for_vectors<V>(count, [&](int64_t i, int64_t n) {
+    top_lanes = V::max_first(top_lanes, V::load(x + i, n), n);
+  });
+  float top = V::hmax(top_lanes);
+  for (int64_t i = whole; i < count; ++i) top = std::max(top, x[i]);
+  const auto shift = V::set1(top), factor = V::set1(scale);
+  auto sum_lanes = V::zero();
+  const int64_t done = for_vectors<V>(count, [&](int64_t i, int64_t n) {
+    auto e = exp<V>(V::mul(V::sub(V::load(x + i, n), shift), factor));
+    V::store(x + i, e, n);
+    sum_lanes = V::add(sum_lanes, V::zero_unless(V::first_lanes(n), e));
+  });
+  float sum = V::hsum(sum_lanes);
+  for (int64_t i = done; i < count; ++i) sum += x[i] = std::exp((x[i] - top) * scale);
+  return sum;
 }
 
 // kDotLanes lanes in kDotLanes / L vectors. Tiles of 4 rows of w by 4 / (kDotLanes / L) rows of

@@ -39,7 +39,7 @@ void add_hybrid_layer_fields(nlohmann::ordered_json& t, const ModelConfig& c) {
 }
 
 // The vision-language wrapper Qwen ships the Qwen3.5 generation in, with the text model's
-// config nested (the vision_config is not written: ellm has no vision tower).
+// config nested (make-model adds the vision_config where it writes a tower: vision_checkpoint.h).
 std::string qwen35_config_json(const ModelConfig& c, int32_t bos_token_id, int32_t eos_token_id) {
   const bool moe = c.is_moe();
   nlohmann::ordered_json t;

@@ -17,6 +17,7 @@
 #include "tools/int4_checkpoint.h"
 #include "tools/make_qwen4exp.h"
 #include "tools/random_checkpoint.h"
+#include "tools/vision_checkpoint.h"
 
 namespace ellm {
 namespace {
@@ -81,7 +82,12 @@ ModelConfig hybrid_moe(ModelConfig c, int64_t experts, int64_t per_token, int64_
   return c;
 }
 
-bool is_norm(const std::string& name) { return name.find("norm.weight") != std::string::npos; }
+// A norm's gain (near 1): the decoder's RMSNorms, the tower's LayerNorms (norm1, norm2).
+bool is_norm(const std::string& name) {
+  for (const char* gain : {"norm.weight", "norm1.weight", "norm2.weight"})
+    if (name.find(gain) != std::string::npos) return true;
+  return false;
+}
 
 // A decoder layer's linear weight: what Qwen's FP8 checkpoints store as F8_E4M3 (Qwen3.5: not
 // the Gated DeltaNet's small in_proj_a / in_proj_b, nor the router and shared-expert gate).
@@ -293,8 +299,10 @@ void make_model(const MakeModelOptions& o) {
       for (int64_t l = 0; l < config.num_hidden_layers; ++l)
         config.linear_attention.push_back((l + 1) % 4 != 0);
     }
+    const std::optional<VisionConfig> vision =
+        o.vision ? preset_vision_config(o.preset, config.hidden_size) : std::nullopt;
     write_random_model(config, o.out_dir, o.seed, o.shards, read_special_token_ids(o.tokenizer_dir),
-                       o.dtype, o.fused_experts);
+                       o.dtype, o.fused_experts, vision ? &*vision : nullptr);
   }
   std::error_code ec;
   for (const std::string file : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
@@ -321,6 +329,10 @@ SpecialTokenIds read_special_token_ids(const std::string& tokenizer_dir) {
       const std::string content = added.value("content", "");
       if (content == "<|endoftext|>") ids.endoftext = added.value("id", -1);
       if (content == "<|im_end|>") ids.im_end = added.value("id", -1);
+      if (content == "<|image_pad|>") ids.image_pad = added.value("id", -1);
+      if (content == "<|video_pad|>") ids.video_pad = added.value("id", -1);
+      if (content == "<|vision_start|>") ids.vision_start = added.value("id", -1);
+      if (content == "<|vision_end|>") ids.vision_end = added.value("id", -1);
     }
   } catch (const nlohmann::json::exception& e) {
     fail(path, std::string("unexpected structure: ") + e.what());
@@ -330,7 +342,7 @@ SpecialTokenIds read_special_token_ids(const std::string& tokenizer_dir) {
 
 void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t seed, int shards,
                         const SpecialTokenIds& special, const std::string& dtype,
-                        bool fused_experts) {
+                        bool fused_experts, const VisionConfig* vision) {
   if (shards < 1) fail("--shards", "must be at least 1");
   const bool fp8 = dtype == "fp8", as_bf16 = dtype == "gptq-as-bf16" || dtype == "awq-as-bf16";
   const std::string int4_format = dtype.rfind("gptq", 0) == 0 ? "gptq"
@@ -350,13 +362,21 @@ void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t
   fs::create_directories(out_dir, ec);
   if (ec) fail(out_dir, "cannot create directory (" + ec.message() + ")");
 
-  write_text(out_dir + "/config.json",
-             model_config_json(config, special.endoftext, special.im_end));
+  if (vision && !config.is_hybrid())
+    fail(out_dir, "only a Qwen3.5-generation model carries a vision tower");
+  std::string config_json = model_config_json(config, special.endoftext, special.im_end);
+  if (vision) {
+    config_json = with_vision_config(config_json, *vision, special);
+    write_text(out_dir + "/preprocessor_config.json", preprocessor_config_json(*vision));
+  }
+  write_text(out_dir + "/config.json", config_json);
   write_generation_config(out_dir, special.endoftext, special.im_end);
 
   // Weights: random_element, the same values whatever the dtype (an FP8 model is its BF16 twin
   // of the same seed quantised by fp8_quantise).
   std::vector<TensorSpec> specs = checkpoint_tensors(config, fused_experts);
+  if (vision)
+    for (TensorSpec& t : vision_tensors(*vision)) specs.push_back(std::move(t));
   std::unordered_map<std::string, std::vector<int64_t>> shape_of;
   for (const TensorSpec& s : specs) shape_of[s.name] = s.shape;
   if (fp8) specs = fp8_tensors(specs);

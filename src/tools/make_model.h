@@ -9,6 +9,8 @@
 
 namespace ellm {
 
+struct VisionConfig;
+
 // The presets of Qwen3 and the Qwen3.5 generation (make_qwen4exp.h has Qwen3.8-Flash-Next's).
 std::vector<std::string> preset_names();
 ModelConfig preset_config(const std::string& name);  // throws Error listing the presets
@@ -31,6 +33,7 @@ struct MakeModelOptions {
   std::string dtype = "bf16";  // "fp8": decoder linear weights as Qwen's FP8 checkpoints; "gptq",
                                // "awq": as 4-bit modules (int4_checkpoint.h)
   bool fused_experts = false;  // Qwen3.5 MoE: experts.gate_up_proj / down_proj (BF16 only)
+  bool vision = true;  // the Qwen3.5-generation presets' vision tower (vision_checkpoint.h)
 };
 
 // Writes config.json, generation_config.json, the weights (streamed) and the tokenizer files.
@@ -41,6 +44,7 @@ void make_model(const MakeModelOptions& options);
 struct SpecialTokenIds {
   int32_t endoftext = -1;  // <|endoftext|>: bos, pad and the second eos
   int32_t im_end = -1;     // <|im_end|>: the end of a chat turn, the first eos
+  int32_t image_pad = -1, video_pad = -1, vision_start = -1, vision_end = -1;  // the image tokens
 };
 
 // From <tokenizer_dir>/tokenizer.json added_tokens. Throws Error naming the file.
@@ -52,9 +56,11 @@ SpecialTokenIds read_special_token_ids(const std::string& tokenizer_dir);
 // model of the same seed, quantised as `--quantize fp8` does); with gptq or awq they are 4-bit
 // modules (the BF16 model of the same seed rounded to nearest on that format's grid, groups of
 // 128 or fewer inputs); "gptq-as-bf16" and "awq-as-bf16" write those models' weights as BF16
-// values.
+// values. With a `vision` tower (a Qwen3.5-generation config), config.json gets its
+// vision_config, the checkpoint its model.visual.* tensors (BF16 whatever the dtype), and the
+// folder a preprocessor_config.json.
 void write_random_model(ModelConfig config, const std::string& out_dir, uint64_t seed, int shards,
                         const SpecialTokenIds& special = {}, const std::string& dtype = "bf16",
-                        bool fused_experts = false);
+                        bool fused_experts = false, const VisionConfig* vision = nullptr);
 
 }  // namespace ellm

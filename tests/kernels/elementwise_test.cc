@@ -231,6 +231,34 @@ TEST(Elementwise, SiluMulMatchesScalar) {
   }
 }
 
+TEST(Elementwise, SoftmaxExpMatchesScalarAndSumsItsWeights) {
+  for (int64_t n : kCounts) {
+    if (n == 0) continue;
+    const auto x = random_floats(n, 8, -20, 20);
+    std::vector<float> want = x;
+    float want_sum;
+    {
+      IsaScope s(Isa::scalar);
+      want_sum = softmax_exp(want.data(), n, 0.125f);
+    }
+    const float top = *std::max_element(x.begin(), x.end());
+    double exact_sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double e = std::exp((double(x[i]) - top) * 0.125);
+      exact_sum += e;
+      ASSERT_NEAR(want[i], e, 1e-6 * e + 1e-30);
+    }
+    ASSERT_NEAR(want_sum, exact_sum, 1e-5 * exact_sum);
+    for (Isa isa : optimised_isas()) {
+      IsaScope s(isa);
+      std::vector<float> got = x;
+      const float sum = softmax_exp(got.data(), n, 0.125f);
+      expect_close(got, want, 2e-6f, std::string("softmax_exp ") + isa_name(isa));
+      EXPECT_NEAR(sum, want_sum, 1e-5 * want_sum) << isa_name(isa) << " n " << n;
+    }
+  }
+}
+
 // The same bits on every tier (a MoE router's choice must not depend on the tier, the batch or
 // the rows beside it), and near the exact sum.
 TEST(Elementwise, DotRowsF32IsTheSameBitsOnEveryTier) {

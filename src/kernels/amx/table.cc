@@ -24,6 +24,7 @@ const KernelTable amx_kernels = {
     .norm_rope = nullptr,
     .rope_partial = nullptr,
     .silu_mul = nullptr,
+    .softmax_exp = nullptr,
     .dot_rows_f32 = nullptr,
     .conv1d_silu = nullptr,
     .l2norm = nullptr,

@@ -1,4 +1,5 @@
 // Plain C++ element-wise kernels: the reference the vector versions are tested against.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/scalar/scalar.h"
@@ -66,6 +67,13 @@ void rope_partial(float* x, int64_t n_heads, int64_t ldx, int64_t rotary_dim, co
 
 void silu_mul(const float* gate, const float* up, float* out, int64_t count) {
   for (int64_t i = 0; i < count; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+float softmax_exp(float* x, int64_t count, float scale) {
+  float top = x[0], sum = 0;
+  for (int64_t i = 1; i < count; ++i) top = std::max(top, x[i]);
+  for (int64_t i = 0; i < count; ++i) sum += x[i] = std::exp((x[i] - top) * scale);
+  return sum;
 }
 
 void dot_rows_f32(const float* x, int64_t m, int64_t ldx, const float* w, int64_t rows, int64_t dim,

@@ -14,6 +14,7 @@ RmsnormFn rmsnorm;
 NormRopeFn norm_rope;
 RopePartialFn rope_partial;
 SiluMulFn silu_mul;
+SoftmaxExpFn softmax_exp;
 DotRowsF32Fn dot_rows_f32;
 Conv1dSiluFn conv1d_silu;
 L2normFn l2norm;

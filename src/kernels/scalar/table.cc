@@ -14,6 +14,7 @@ const KernelTable scalar_kernels = {
     .norm_rope = scalar::norm_rope,
     .rope_partial = scalar::rope_partial,
     .silu_mul = scalar::silu_mul,
+    .softmax_exp = scalar::softmax_exp,
     .dot_rows_f32 = scalar::dot_rows_f32,
     .conv1d_silu = scalar::conv1d_silu,
     .l2norm = scalar::l2norm,

@@ -47,6 +47,13 @@ size_t bytes_to_read(const SafetensorsStore& store, const std::vector<std::strin
   return total;
 }
 
+size_t bytes_under(const SafetensorsStore& store, const std::string& prefix) {
+  size_t total = 0;
+  for (const auto& [name, t] : store.tensors())
+    if (name.rfind(prefix, 0) == 0) total += t.bytes;
+  return total;
+}
+
 std::string scale_name(const std::string& weight) { return weight + "_scale_inv"; }
 
 }  // namespace
@@ -58,6 +65,11 @@ TensorLoader::TensorLoader(const SafetensorsStore& store, const Int4Quantization
     : store_(store), isa_(isa), quantize_fp8_(quantize_fp8), quantize_int4_(quantize_int4),
       quantize_lm_head_(quantize_lm_head), int4_(int4),
       progress_("loading weights (MiB)", (bytes_to_read(store, skipped_prefixes, read_twice) >> 20) + 1) {}
+
+TensorLoader::TensorLoader(const SafetensorsStore& store, Isa isa, const std::string& prefix,
+                           const std::string& label)
+    : store_(store), isa_(isa), quantize_fp8_(false), quantize_int4_(false),
+      quantize_lm_head_(false), progress_(label, (bytes_under(store, prefix) >> 20) + 1) {}
 
 // The tensor `name`, checked to have exactly `shape` and a float dtype (F8_E4M3 only where
 // allow_fp8: linear weights).
@@ -143,6 +155,15 @@ PackedWeights TensorLoader::packed(const std::vector<std::string>& names, const 
   for (size_t i = 0; i < names.size(); ++i)
     parts.push_back(&tensor(names[i], {rows[i], k}, /*allow_fp8=*/true));
   return pack_parts(parts, k, quantizable, lm_head);
+}
+
+PackedWeights TensorLoader::packed_reshaped(const std::string& name,
+                                            const std::vector<int64_t>& shape, int64_t k) {
+  TensorInfo flat = tensor(name, shape);
+  if (k <= 0 || flat.elements() % k)
+    fail(flat.file->path(), "tensor '" + name + "' cannot be read as rows of " + std::to_string(k));
+  flat.shape = {flat.elements() / k, k};
+  return pack_parts({&flat}, k, /*quantizable=*/false);
 }
 
 // Matrix `index` of the 3-D tensor `name` [count][rows][k] (fused experts), packed alone.

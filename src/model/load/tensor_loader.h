@@ -31,6 +31,10 @@ class TensorLoader {
   TensorLoader(const SafetensorsStore& store, const Int4Quantization& int4, Isa isa,
                bool quantize_fp8, bool quantize_int4, bool quantize_lm_head,
                const std::vector<std::string>& skipped_prefixes, const std::string& read_twice = "");
+  // A part of the checkpoint loaded on its own (the vision tower): the progress counts only the
+  // tensors under `prefix`, and nothing is quantised.
+  TensorLoader(const SafetensorsStore& store, Isa isa, const std::string& prefix,
+               const std::string& label);
 
   // The tensor `name`, checked to have exactly `shape` and a float dtype (F8_E4M3 only where
   // allow_fp8: linear weights).
@@ -50,6 +54,8 @@ class TensorLoader {
   // or when quantising to FP8 and no part is FP8 with rows that do not fit; else BF16.
   PackedWeights packed(const std::vector<std::string>& names, const std::vector<int64_t>& rows,
                        int64_t k, bool quantizable = true, bool lm_head = false);
+  // A tensor of any `shape` (a convolution's weight) packed as [elements / k][k], never quantised.
+  PackedWeights packed_reshaped(const std::string& name, const std::vector<int64_t>& shape, int64_t k);
   // Matrix `index` of the 3-D tensor `name` [count][rows][k] (fused experts), packed alone.
   PackedWeights packed_slice(const std::string& name, int64_t count, int64_t rows, int64_t k,
                              int64_t index);
