@@ -25,7 +25,8 @@ std::array<KernelTable, 4> complete_tables() {
     inherit(t[i], t[i - 1], &KernelTable::convert_f32_to_bf16, &KernelTable::convert_bf16_to_f32,
             &KernelTable::convert_fp8_e4m3_to_f32,
             &KernelTable::convert_f32_to_f16, &KernelTable::rmsnorm, &KernelTable::norm_rope,
-            &KernelTable::rope_partial, &KernelTable::silu_mul, &KernelTable::softmax_exp, &KernelTable::dot_rows_f32, &KernelTable::conv1d_silu, &KernelTable::l2norm,
+            &KernelTable::rope_partial, &KernelTable::silu_mul, &KernelTable::softmax_exp, &KernelTable::gelu_tanh,
+            &KernelTable::dot_rows_f32, &KernelTable::conv1d_silu, &KernelTable::l2norm,
             &KernelTable::gated_rmsnorm, &KernelTable::gated_delta_step,
             &KernelTable::gated_delta_chunk, &KernelTable::pack_weights, &KernelTable::matmul,
             &KernelTable::matmul_fp8, &KernelTable::matmul_int4,
@@ -96,6 +97,10 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t count) {
 
 float softmax_exp(float* x, int64_t count, float scale) {
   return kernel_table(active_isa()).softmax_exp(x, count, scale);
+}
+
+void gelu_tanh(const float* x, float* out, int64_t count) {
+  kernel_table(active_isa()).gelu_tanh(x, out, count);
 }
 
 void dot_rows_f32(const float* x, int64_t m, int64_t ldx, const float* w, int64_t rows, int64_t dim,

@@ -30,6 +30,7 @@ using RopePartialFn = void(float* x, int64_t n_heads, int64_t ldx, int64_t rotar
                            const float* cos, const float* sin);
 using SiluMulFn = void(const float* gate, const float* up, float* out, int64_t count);
 using SoftmaxExpFn = float(float* x, int64_t count, float scale);
+using GeluTanhFn = void(const float* x, float* out, int64_t count);
 // out[t][r] = x[t] . w[r] (x: [m][dim] at stride ldx, w: [rows][dim], out at stride ldo), FP32 in
 // one order on every tier: input i goes into lane i % kDotLanes by FMA, then the lanes are summed
 // as a tree (finish_dot_lanes).
@@ -141,6 +142,7 @@ struct KernelTable {
   RopePartialFn* rope_partial;
   SiluMulFn* silu_mul;
   SoftmaxExpFn* softmax_exp;
+  GeluTanhFn* gelu_tanh;
   DotRowsF32Fn* dot_rows_f32;
   Conv1dSiluFn* conv1d_silu;
   L2normFn* l2norm;

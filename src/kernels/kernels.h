@@ -144,6 +144,10 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t count);
 // i < count (count > 0); returns their sum. The SIMD tiers' e^x is the attention's (~2 ulp).
 float softmax_exp(float* x, int64_t count, float scale);
 
+// out[i] = gelu_pytorch_tanh(x[i]) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) (may alias);
+// the SIMD tiers as x / (1 + e^(-2 sqrt(2 / pi) (x + 0.044715 x^3))), the same function.
+void gelu_tanh(const float* x, float* out, int64_t count);
+
 // out[t][r] = x[t] . w[r] for t < m, r < rows (x: [m][dim] at stride ldx, w: [rows][dim], out
 // at stride ldo), FP32: the same bits on every tier and for any m (a small product kept in FP32,
 // such as a MoE router).

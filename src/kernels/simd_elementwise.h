@@ -189,6 +189,19 @@ float softmax_exp(float* x, int64_t count, float scale) {
   return sum;
 }
 
+// 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)): one exp, no cancellation for negative x.
+template <class V>
+void gelu_tanh(const float* x, float* out, int64_t count) {
+  const auto one = V::set1(1.0f), cubic = V::set1(0.044715f);
+  const auto minus_two_root = V::set1(-2.0f * 0.7978845608028654f);
+  int64_t done = for_vectors<V>(count, [&](int64_t i, int64_t n) {
+    auto v = V::load(x + i, n);
+    auto u = V::fmadd(V::mul(cubic, V::mul(v, v)), v, v);  // x + 0.044715 x^3
+    V::store(out + i, V::div(v, V::add(one, exp<V>(V::mul(minus_two_root, u)))), n);
+  });
+  scalar_kernels.gelu_tanh(x + done, out + done, count - done);
+}
+
 // kDotLanes lanes in kDotLanes / L vectors. Tiles of 4 rows of w by 4 / (kDotLanes / L) rows of
 // x (16 accumulators) over chunks of 64 x rows, so a tile of w is read from memory once per chunk
 // (a router's weights are megabytes, read per token otherwise). The tail and the lanes' tree

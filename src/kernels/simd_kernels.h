@@ -25,6 +25,7 @@ constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul
       .rope_partial = nullptr,
       .silu_mul = silu_mul<V>,
       .softmax_exp = softmax_exp<V>,
+      .gelu_tanh = gelu_tanh<V>,
       .dot_rows_f32 = dot_rows_f32<V>,
       .conv1d_silu = conv1d_silu<V>,
       .l2norm = l2norm<V>,

@@ -259,6 +259,29 @@ TEST(Elementwise, SoftmaxExpMatchesScalarAndSumsItsWeights) {
   }
 }
 
+TEST(Elementwise, GeluTanhMatchesScalar) {
+  for (int64_t n : kCounts) {
+    auto x = random_floats(n, 9, -12, 12);
+    if (n > 3) x[0] = -100, x[1] = 100, x[2] = 0, x[3] = -5;
+    std::vector<float> want(n);
+    {
+      IsaScope s(Isa::scalar);
+      gelu_tanh(x.data(), want.data(), n);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i];
+      ASSERT_NEAR(want[i], 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))),
+                  1e-6 * std::max(1.0, std::fabs(v)));
+    }
+    for (Isa isa : optimised_isas()) {
+      IsaScope s(isa);
+      std::vector<float> got = x;
+      gelu_tanh(got.data(), got.data(), n);  // in place
+      expect_close(got, want, 2e-6f, std::string("gelu_tanh ") + isa_name(isa));
+    }
+  }
+}
+
 // The same bits on every tier (a MoE router's choice must not depend on the tier, the batch or
 // the rows beside it), and near the exact sum.
 TEST(Elementwise, DotRowsF32IsTheSameBitsOnEveryTier) {

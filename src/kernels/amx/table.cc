@@ -25,6 +25,7 @@ const KernelTable amx_kernels = {
     .rope_partial = nullptr,
     .silu_mul = nullptr,
     .softmax_exp = nullptr,
+    .gelu_tanh = nullptr,
     .dot_rows_f32 = nullptr,
     .conv1d_silu = nullptr,
     .l2norm = nullptr,

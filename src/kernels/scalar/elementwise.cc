@@ -76,6 +76,13 @@ float softmax_exp(float* x, int64_t count, float scale) {
   return sum;
 }
 
+void gelu_tanh(const float* x, float* out, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = x[i];
+    out[i] = 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+  }
+}
+
 void dot_rows_f32(const float* x, int64_t m, int64_t ldx, const float* w, int64_t rows, int64_t dim,
                   float* out, int64_t ldo) {
   for (int64_t t = 0; t < m; ++t)

@@ -15,6 +15,7 @@ NormRopeFn norm_rope;
 RopePartialFn rope_partial;
 SiluMulFn silu_mul;
 SoftmaxExpFn softmax_exp;
+GeluTanhFn gelu_tanh;
 DotRowsF32Fn dot_rows_f32;
 Conv1dSiluFn conv1d_silu;
 L2normFn l2norm;

@@ -15,6 +15,7 @@ const KernelTable scalar_kernels = {
     .rope_partial = scalar::rope_partial,
     .silu_mul = scalar::silu_mul,
     .softmax_exp = scalar::softmax_exp,
+    .gelu_tanh = scalar::gelu_tanh,
     .dot_rows_f32 = scalar::dot_rows_f32,
     .conv1d_silu = scalar::conv1d_silu,
     .l2norm = scalar::l2norm,

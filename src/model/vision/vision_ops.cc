@@ -14,11 +14,6 @@ void split(ThreadTeam& team, int64_t n, Fn&& fn) {
   });
 }
 
-float gelu_tanh(float x) {
-  const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);  // sqrt(2 / pi)
-  return 0.5f * x * (1.0f + std::tanh(inner));
-}
-
 float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f)); }
 
 }  // namespace
@@ -51,12 +46,15 @@ void layer_norm_to_bf16(ThreadTeam& team, const float* x, int64_t m, int64_t dim
   });
 }
 
-void gelu_to_bf16(ThreadTeam& team, const float* x, int64_t count, bool tanh_approximation, bf16* out) {
+// x is overwritten by the activations (the tanh GELU in place, then converted).
+void gelu_to_bf16(ThreadTeam& team, float* x, int64_t count, bool tanh_approximation, bf16* out) {
   split(team, count, [&](int64_t begin, int64_t end) {
-    if (tanh_approximation)
-      for (int64_t i = begin; i < end; ++i) out[i] = f32_to_bf16(gelu_tanh(x[i]));
-    else
+    if (tanh_approximation) {
+      gelu_tanh(x + begin, x + begin, end - begin);
+      convert_f32_to_bf16(x + begin, out + begin, end - begin);
+    } else {
       for (int64_t i = begin; i < end; ++i) out[i] = f32_to_bf16(gelu_erf(x[i]));
+    }
   });
 }
 

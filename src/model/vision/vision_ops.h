@@ -27,8 +27,9 @@ void vision_linear(ThreadTeam& team, const bf16* x, int64_t m, int64_t ldx, cons
 void layer_norm_to_bf16(ThreadTeam& team, const float* x, int64_t m, int64_t dim,
                         const VisionNorm& norm, float eps, bf16* out);
 
-// out = bf16(gelu(x)), count values: the tanh approximation (gelu_pytorch_tanh) or exact (erf).
-void gelu_to_bf16(ThreadTeam& team, const float* x, int64_t count, bool tanh_approximation, bf16* out);
+// out = bf16(gelu(x)), count values: the tanh approximation (gelu_pytorch_tanh, through x) or
+// exact (erf).
+void gelu_to_bf16(ThreadTeam& team, float* x, int64_t count, bool tanh_approximation, bf16* out);
 
 // out = bf16(x), count values.
 void to_bf16(ThreadTeam& team, const float* x, int64_t count, bf16* out);
