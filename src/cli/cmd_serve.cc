@@ -86,6 +86,20 @@ void on_stop_signal(int sig) {
   [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &byte, 1);
 }
 
+// The folder's preprocessor_config.json; without one (a folder made by hand), the settings
+// Qwen3.5 ships, as the tower's patches need them.
+ImageProcessorConfig image_processor_of(const std::string& model_path) {
+  if (std::filesystem::exists(std::filesystem::path(model_path) / "preprocessor_config.json"))
+    return ImageProcessorConfig::load(model_path);
+  log_warn("serve: " + model_path + " has no preprocessor_config.json: images use Qwen3.5's shipped settings "
+           "(65536 to 16777216 pixels, mean and std 0.5)");
+  ImageProcessorConfig c;
+  c.min_pixels = 65536;
+  c.max_pixels = 16777216;
+  for (int i = 0; i < 3; ++i) c.mean[i] = c.std[i] = 0.5f;
+  return c;
+}
+
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
@@ -101,7 +115,7 @@ int cmd_serve(int argc, char** argv) {
   int64_t sequence_length = 0, batch_size = 4, chunk_size = 0, max_queue = 64;
   double shutdown_grace = 10, request_deadline = 60, write_timeout = 30, max_decode_stall_ms = 500;
   int max_connections = 512, max_per_client = 64;
-  bool no_session_cache = false, strict_max_tokens = false;
+  bool no_session_cache = false, strict_max_tokens = false, language_model_only = false;
   app.add_option("--model-path", model_path, "Hugging Face model folder")->required();
   app.add_option("--host", host, "address to listen on")->capture_default_str();
   app.add_option("--port", port, "port to listen on (0 = any free port)")->capture_default_str();
@@ -130,6 +144,8 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--max-image-tokens", max_image_tokens,
                  "most image tokens one request may hold (0 = only the sequence length limits them)")
       ->capture_default_str();
+  app.add_flag("--language-model-only", language_model_only,
+               "leave a vision-language checkpoint's vision tower unread: text only, as vLLM's flag");
   app.add_option("--allowed-local-media-path", allowed_local_media_path,
                  "folder whose images requests may name as file:// URLs (default: data: URIs only)");
   app.add_option("--shutdown-grace", shutdown_grace, "seconds in-flight requests get on SIGTERM")->capture_default_str();
@@ -230,6 +246,7 @@ int cmd_serve(int argc, char** argv) {
   limits.quantize_int4 = quantize_int4_requested(app);
   limits.activations = activations_requested(app);
   limits.lock_mapped_table = mlock_table_requested(app);
+  limits.language_model_only = language_model_only;
   const Proposer proposer = parse_proposer(speculative, "serve --speculative");
   if (num_speculative_tokens < 0) num_speculative_tokens = proposer == Proposer::none ? 0 : 4;
   limits.speculative_tokens = num_speculative_tokens;
@@ -302,7 +319,7 @@ int cmd_serve(int argc, char** argv) {
   if (max_image_tokens < 0) throw Error("serve --max-image-tokens must not be negative");
   server_options.max_image_tokens = max_image_tokens;
   server_options.allowed_local_media_path = allowed_local_media_path;
-  if (engine.image_token_id() >= 0) server_options.image_processor = ImageProcessorConfig::load(model_path);
+  if (engine.image_token_id() >= 0) server_options.image_processor = image_processor_of(model_path);
   Server server(engine, chat_template, server_options);
   int bound = server.bind(host, port);
   live_engine.store(&engine);

@@ -70,6 +70,7 @@ struct ModelConfig {
   // (text tokens have T = H = W, so the split only matters for images).
   std::array<int64_t, 3> mrope_section{};
   bool mrope_interleaved = false;
+  int32_t image_token_id = -1;  // <|image_pad|> of a vision-language checkpoint (config.json)
   int64_t shared_expert_intermediate_size = 0;  // sigmoid-gated shared expert (0: none)
 
   bool is_moe_layer(int64_t layer) const;

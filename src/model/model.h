@@ -54,6 +54,8 @@ struct ServingLimits {
   bool lock_mapped_table = false;  // --mlock-table: pin a table read in place (the n-gram table)
   // --rope-scaling yarn:FACTOR[:ORIGINAL]: YaRN over the config's own RoPE (type "default": none).
   RopeScaling rope_scaling;
+  // Leave a vision-language checkpoint's vision tower unread (--language-model-only): text only.
+  bool language_model_only = false;
 };
 
 // One token of a pass. Tokens of the same slot appear in order with consecutive positions;

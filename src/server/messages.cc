@@ -39,13 +39,17 @@ void Server::Impl::messages(const httplib::Request& req, httplib::Response& res)
   respond<MessagesOutput>({submit(chat.generate)}, {output}, chat.stream, false, res, kAnthropicSse);
 }
 
-// Renders and tokenizes only: no slot, no queue.
+// Renders and tokenizes only (images are decoded and counted, not encoded): no slot, no queue.
 void Server::Impl::count_tokens(const httplib::Request& req, httplib::Response& res) {
   MessagesRequest request = parse_messages_request(parse_body(req.body), engine.default_sampling(), /*count_only=*/true);
   const ChatRequest& chat = request.chat;
   nlohmann::ordered_json tools = chat.tools.empty() ? nlohmann::ordered_json(nullptr) : chat.tools;
+  std::vector<PreparedImage> images = chat_images(chat.messages);
   const std::string prompt = chat_template.render(chat.messages, tools, /*add_generation_prompt=*/true, chat.template_kwargs);
-  send_json(res, 200, {{"input_tokens", engine.encode(prompt).size()}});
+  GenerateRequest counted;  // each image's tokens in place
+  counted.prompt = engine.encode(prompt);
+  place_images(std::move(images), counted);
+  send_json(res, 200, {{"input_tokens", counted.prompt.size()}});
 }
 
 }  // namespace ellm

@@ -116,7 +116,8 @@ Scheduler::Placement Scheduler::place(QueuedRequest& queued) {
   // Committed KV: evict idle sessions (LRU, to the store) before refusing anyone. The snapshots
   // its prefill will take count too.
   std::vector<PlannedSnapshot> snapshots =
-      sessions_.plan_snapshots(reuse, common, queued.request.history_end, queued.request.system_end, reusable);
+      sessions_.plan_snapshots(reuse, common, queued.request.history_end, queued.request.system_end, reusable,
+                               queued.request.images);
   int64_t reserve = int64_t(prompt.size()) + queued.max_new + int64_t(snapshots.size()) * sessions_.snapshot_positions();
   const int64_t own = int64_t(slot.snapshots.size()) * sessions_.snapshot_positions();
   if (!sessions_.make_room(slot.index, source, std::max(reserve, slot.kv_high) + own)) {

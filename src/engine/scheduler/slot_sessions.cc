@@ -165,9 +165,11 @@ void SlotSessions::restore_state(Slot& slot, const StateSnapshot* snapshot, int 
 // Where the conversation so far ends (the next turn resumes there), at the end of the prefix
 // another session shares and where the system messages end (where the next conversation with
 // the same start resumes: the first one has no other session to share with yet), and every
-// interval positions (where any other may).
+// interval positions (where any other may); and before each image, so that a conversation whose
+// screenshot changed resumes right before it.
 std::vector<PlannedSnapshot> SlotSessions::plan_snapshots(int64_t reuse, int64_t common, int64_t history_end,
-                                                          int64_t system_end, int64_t reusable) const {
+                                                          int64_t system_end, int64_t reusable,
+                                                          const std::vector<PromptImage>& images) const {
   std::vector<PlannedSnapshot> planned;
   if (!hybrid_ || !store_) return planned;
   const int64_t interval = snapshot_interval_;
@@ -177,6 +179,8 @@ std::vector<PlannedSnapshot> SlotSessions::plan_snapshots(int64_t reuse, int64_t
   if (common - reuse >= SessionStore::kBlock && common <= reusable) add_planned_snapshot(planned, {common, true});
   if (system_end - reuse >= SessionStore::kBlock && system_end <= reusable)
     add_planned_snapshot(planned, {system_end, true});
+  for (const PromptImage& image : images)
+    if (image.first > reuse && image.first <= reusable) add_planned_snapshot(planned, {image.first, false});
   return planned;
 }
 

@@ -54,7 +54,8 @@ class SlotSessions {
   void restore_state(Slot& slot, const StateSnapshot* snapshot, int source, int64_t position);
   // The snapshots a hybrid model's prefill of a prompt takes (none for other models).
   std::vector<PlannedSnapshot> plan_snapshots(int64_t reuse, int64_t common, int64_t history_end,
-                                              int64_t system_end, int64_t reusable) const;
+                                              int64_t system_end, int64_t reusable,
+                                              const std::vector<PromptImage>& images) const;
 
  private:
   Model& model_;

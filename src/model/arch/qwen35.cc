@@ -127,6 +127,7 @@ void parse_qwen35_config(const json& j, const std::string& where, ModelConfig& c
     text = &*nested;
   }
   parse_text_config(*text, where, c);
+  c.image_token_id = int32_t(get_int(j, where, "image_token_id", false, -1));
 }
 
 Qwen35Weights load_qwen35_weights(const std::string& model_dir, const ModelConfig& c, Isa isa,
@@ -183,6 +184,12 @@ Qwen35Model::Qwen35Model(const std::string& model_dir, const ModelConfig& config
     fail("--num-speculative-tokens", "a hybrid model checks at most 15 proposed tokens at once");
   weights_ = load_qwen35_weights(model_dir, c, active_isa(), limits_.quantize_fp8,
                                  limits_.quantize_int4, limits_.mtp, limits_.int4_lm_head);
+  if (!limits_.language_model_only) tower_ = VisionTower::load_if_present(model_dir, team_);
+  if (tower_ && tower_->out_hidden() != c.hidden_size)
+    fail(model_dir + "/config.json", "vision_config.out_hidden_size " + std::to_string(tower_->out_hidden()) +
+                                         " is not the text model's hidden_size " + std::to_string(c.hidden_size));
+  if (tower_ && c.image_token_id < 0)
+    fail(model_dir + "/config.json", "a vision_config needs 'image_token_id' (the <|image_pad|> id)");
   // KV for the full-attention layers (and the MTP head's, last); a recurrent state for the
   // Gated DeltaNet layers.
   int64_t n_full = 0, n_linear = 0;
@@ -303,6 +310,15 @@ void Qwen35Model::describe(std::string& line) const {
   if (!memory_.rollback().empty())
     line += ", " + format_bytes(double(memory_.rollback().bytes())) + " to roll speculative tokens back";
   if (limits_.mtp) line += ", MTP head loaded";
+  if (tower_)
+    line += ", vision tower " + format_bytes(double(tower_->weight_bytes())) + " (" +
+            std::to_string(tower_->config().depth) + " blocks)";
+}
+
+void Qwen35Model::encode_image(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w,
+                               float* rows) {
+  if (!tower_) Model::encode_image(pixel_values, grid_t, grid_h, grid_w, rows);
+  tower_->encode(pixel_values, grid_t, grid_h, grid_w, rows);
 }
 
 // Bump the version whenever the KV rows' meaning changes (dtype, RoPE, row layout). The KV of
