@@ -11,6 +11,7 @@
 
 #include "base/cpu.h"
 #include "base/memory.h"
+#include "kernels/kv_dtype.h"
 
 namespace ellm {
 
@@ -305,24 +306,48 @@ void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float
 
 // ---- attention ----
 
+// Writes one position's K (or V), x [n_kv_heads][head_dim], into a cache row of `dtype` (layout in
+// kv_dtype.h), the same bits on every tier. FP16 saturates at +-65504 (f32_to_f16); BF16 rounds
+// to nearest even; FP8 takes each head's factor from its amax (clipped to 65504, as FP16 is;
+// amax 0: factor 0) and rounds x / factor to nearest even E4M3, saturating at +-448. FP8 has no
+// NaN code in the cache: a NaN element becomes 0, so the kernels' widening needs no NaN case.
+// int8: factor amax / 127 (amax clipped likewise), codes round(x / factor) to nearest even in
+// [-127, 127], NaN 0.
+void write_kv_row(const float* x, int64_t n_kv_heads, int64_t head_dim, KvDtype dtype, void* row);
+
+// Element d of head h of a cache row (references and readers outside the attention kernels).
+inline float kv_element(const void* row, KvDtype dtype, int64_t n_kv_heads, int64_t head_dim,
+                        int64_t h, int64_t d) {
+  const int64_t i = h * head_dim + d;
+  if (dtype == KvDtype::f16) return f16_to_f32(static_cast<const f16*>(row)[i]);
+  if (dtype == KvDtype::bf16) return bf16_to_f32(static_cast<const bf16*>(row)[i]);
+  const uint8_t code = static_cast<const uint8_t*>(row)[i];
+  const float value = dtype == KvDtype::fp8 ? fp8_e4m3_to_f32(code) : float(int8_t(code));
+  return value * kv_row_factors(row, n_kv_heads, head_dim)[h];
+}
+
 // One sequence's queries in a pass: positions [q_start, q_start + n_q) of its slot. Each query
 // attends causally to cache positions [0, its position]. The cache of the slot holds K and V as
-// [max_positions][n_kv_heads][head_dim] FP16 (row stride kv_row_stride elements), already
-// written for every position up to q_start + n_q - 1.
+// rows of shape.kv_dtype (kv_dtype.h), kv_row_stride elements apart, already written for every
+// position up to q_start + n_q - 1.
 struct AttentionSeq {
   const float* q;  // [n_q][n_heads * head_dim], row stride ldq
   float* out;      // [n_q][n_heads * head_dim], row stride ldo
   int64_t n_q;
   int64_t q_start;
-  const f16* k;
-  const f16* v;
+  const void* k;   // position 0, head 0
+  const void* v;
 };
 
 struct AttentionShape {
   int64_t n_heads, n_kv_heads, head_dim;
   int64_t ldq, ldo;
-  int64_t kv_row_stride;  // elements from one position to the next (head h starts at h * head_dim)
+  // Elements of kv_dtype (bytes for FP8) from one position to the next: head h starts at
+  // h * head_dim; FP8's and int8's factors follow the n_kv_heads * head_dim codes (a multiple of
+  // 4 bytes).
+  int64_t kv_row_stride;
   float scale;  // 1/sqrt(head_dim)
+  KvDtype kv_dtype = KvDtype::f16;
 };
 
 // Scratch floats attention() needs for up to max_seqs sequences, max_tokens queries in a pass,
