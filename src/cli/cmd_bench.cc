@@ -507,6 +507,7 @@ int cmd_bench(int argc, char** argv) {
     return app.exit(e);
   }
   const RopeScaling rope_scaling = rope_scaling_requested(app);
+  const KvDtype kv_dtype = kv_cache_dtype_requested(app);
   if (threads <= 0) threads = physical_core_count();
   std::unique_ptr<BusyProcess> busy_process;
   if (busy) busy_process = std::make_unique<BusyProcess>();  // while this process is small
@@ -537,7 +538,7 @@ int cmd_bench(int argc, char** argv) {
   limits.threads = threads;
   limits.lock_mapped_table = mlock_table_requested(app);
   limits.rope_scaling = rope_scaling;
-  limits.kv_dtype = kv_cache_dtype_requested(app);
+  limits.kv_dtype = kv_dtype;
   // Its own team and buffer, made before the model takes the memory.
   ThreadTeam probe_team(threads, /*pin=*/true, /*adaptive=*/false);
   ReadBandwidthProbe probe(probe_team, read_probe_bytes());

@@ -111,19 +111,22 @@ def main():
                 "--activations", "fp4")
         check(r.returncode != 0 and "--activations" in r.stderr, "--activations fp4 is refused")
 
-        # --kv-cache-dtype: FP8 KV through `ellm logits` keeps err within 2 x atol at >= 90% of
+        # --kv-cache-dtype: 8-bit KV through `ellm logits` keeps err within 2 x atol at >= 90% of
         # positions (tests/model/golden_kv_dtype.h checks every model and tier), the load line
         # names the dtype, and a bad value is a one-line error.
         qwen3 = os.path.join(SHARED, "models", "tiny-qwen3")
         session = os.path.join(SHARED, "golden", "tiny-qwen3", "session.json")
-        out = os.path.join(tmp, "tiny-qwen3-fp8kv.f32")
-        r = must("logits", "--model-path", qwen3, "--feeds", session, "--out", out, "--kv-cache-dtype", "fp8")
-        check(golden_rule("tiny-qwen3", out, 2), "tiny-qwen3 --kv-cache-dtype fp8: err within 2 x atol")
-        check(any(l.startswith("loaded ") and "per token, fp8)" in l for l in r.stderr.splitlines()),
+        out = os.path.join(tmp, "tiny-qwen3-int8kv.f32")
+        r = must("logits", "--model-path", qwen3, "--feeds", session, "--out", out, "--kv-cache-dtype", "int8")
+        check(golden_rule("tiny-qwen3", out, 2), "tiny-qwen3 --kv-cache-dtype int8: err within 2 x atol")
+        check(any(l.startswith("loaded ") and "per token, int8)" in l for l in r.stderr.splitlines()),
               "the load line names the KV dtype")
-        r = run("logits", "--model-path", qwen3, "--feeds", session, "--out", out, "--kv-cache-dtype", "fp4")
-        check(r.returncode != 0 and "--kv-cache-dtype" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
-              f"--kv-cache-dtype fp4 is a one-line error: {r.stderr.strip()!r}")
+        r = must("logits", "--model-path", os.path.join(SHARED, "models", "tiny-qwen35"), "--feeds",
+                 os.path.join(SHARED, "golden", "tiny-qwen35", "session.json"), "--out", out, "--kv-cache-dtype", "fp8")
+        check(golden_rule("tiny-qwen35", out, 2), "tiny-qwen35 --kv-cache-dtype fp8: err within 2 x atol")
+        for command in (["logits", "--feeds", session, "--out", out], ["serve", "--port", "0"], ["bench"]):
+            expect_error(f"{command[0]} --kv-cache-dtype fp4", [*command, "--model-path", qwen3, "--kv-cache-dtype", "fp4"],
+                         "--kv-cache-dtype: 'fp4' is not fp16, bf16, int8 or fp8")
 
         # YaRN: the folders that carry it, and --rope-scaling on the same weights without it
         # (factor 4 over an original window of 32), pass the YaRN goldens; other rope types are a
