@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/kernels.h"
+#include "kernels/kv_rows.h"
 
 namespace ellm {
 namespace {

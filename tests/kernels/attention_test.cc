@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "base/threads.h"
+#include "kernels/kv_rows.h"
 #include "test_util.h"
 
 namespace ellm {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "kernels/kv_rows.h"
 #include "test_util.h"
 
 namespace ellm {

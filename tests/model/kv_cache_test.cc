@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "base/memory.h"
+#include "kernels/kv_rows.h"
 #include "tools/make_model.h"
 #include "model/model.h"
 #include "model_test_util.h"

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernels/kv_rows.h"
+
 namespace ellm {
 namespace {
 

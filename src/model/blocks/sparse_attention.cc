@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/kv_rows.h"
+
 namespace ellm {
 
 SparseAttentionWeights load_sparse_attention(TensorLoader& load, const std::string& p,
