@@ -495,6 +495,7 @@ int cmd_bench(int argc, char** argv) {
   add_quantize_option(app);
   add_mlock_table_option(app);
   add_rope_scaling_option(app);
+  add_kv_cache_dtype_option(app);
   std::string activations = "auto";
   app.add_option("--activations", activations,
                  "inputs of INT4 products, comma-separated to run each: bf16, int8, auto (int8 "
@@ -506,6 +507,7 @@ int cmd_bench(int argc, char** argv) {
     return app.exit(e);
   }
   const RopeScaling rope_scaling = rope_scaling_requested(app);
+  const KvDtype kv_dtype = kv_cache_dtype_requested(app);
   if (threads <= 0) threads = physical_core_count();
   std::unique_ptr<BusyProcess> busy_process;
   if (busy) busy_process = std::make_unique<BusyProcess>();  // while this process is small
@@ -536,6 +538,7 @@ int cmd_bench(int argc, char** argv) {
   limits.threads = threads;
   limits.lock_mapped_table = mlock_table_requested(app);
   limits.rope_scaling = rope_scaling;
+  limits.kv_dtype = kv_dtype;
   // Its own team and buffer, made before the model takes the memory.
   ThreadTeam probe_team(threads, /*pin=*/true, /*adaptive=*/false);
   ReadBandwidthProbe probe(probe_team, read_probe_bytes());
@@ -602,6 +605,7 @@ int cmd_bench(int argc, char** argv) {
       row["weights"] = weights;
       row["weight_bytes"] = model->weight_bytes();
       row["kv_bytes_per_token"] = model->kv_bytes_per_token();
+      row["kv_cache_dtype"] = kv_dtype_name(model->limits().kv_dtype);
       if (model->has_recurrent_state()) row["state_bytes_per_slot"] = model->state_bytes_per_slot();
       emit(std::move(row));
     };

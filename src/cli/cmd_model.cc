@@ -217,8 +217,10 @@ int cmd_logits(int argc, char** argv) {
   add_quantize_option(app);
   add_activations_option(app);
   add_rope_scaling_option(app);
+  add_kv_cache_dtype_option(app);
   if (int code = parse(app, argc, argv); code >= 0) return code;
   limits.rope_scaling = rope_scaling_requested(app);
+  limits.kv_dtype = kv_cache_dtype_requested(app);
   limits.quantize_fp8 = quantize_fp8_requested(app);
   limits.quantize_int4 = quantize_int4_requested(app);
   limits.activations = activations_requested(app);
@@ -275,8 +277,10 @@ int cmd_generate(int argc, char** argv) {
   add_quantize_option(app);
   add_activations_option(app);
   add_rope_scaling_option(app);
+  add_kv_cache_dtype_option(app);
   if (int code = parse(app, argc, argv); code >= 0) return code;
   limits.rope_scaling = rope_scaling_requested(app);
+  limits.kv_dtype = kv_cache_dtype_requested(app);
   limits.quantize_fp8 = quantize_fp8_requested(app);
   limits.quantize_int4 = quantize_int4_requested(app);
   limits.activations = activations_requested(app);

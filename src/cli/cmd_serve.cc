@@ -137,6 +137,7 @@ int cmd_serve(int argc, char** argv) {
   add_activations_option(app);
   add_mlock_table_option(app);
   add_rope_scaling_option(app);
+  add_kv_cache_dtype_option(app);
   app.add_option("--chat-template", chat_template_file, "Jinja file replacing the model's chat template");
   app.add_option("--tool-call-parser", tool_parser, "hermes, qwen3_coder or none (default: from the template)");
   app.add_option("--max-body-size", max_body, "largest request body, e.g. 8M (images come inside it)")
@@ -242,6 +243,7 @@ int cmd_serve(int argc, char** argv) {
   limits.chunk_size = chunk_size;
   limits.threads = threads;
   limits.kv_memory_bytes = parse_byte_size(kv_memory, "serve --kv-memory");
+  limits.kv_dtype = kv_cache_dtype_requested(app);
   limits.quantize_fp8 = quantize_fp8_requested(app);
   limits.quantize_int4 = quantize_int4_requested(app);
   limits.activations = activations_requested(app);

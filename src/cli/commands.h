@@ -3,6 +3,8 @@
 // (argv[0] is the subcommand) and returns the process exit code; errors are thrown as
 // ellm::Error and reported by main().
 
+#include "kernels/kv_dtype.h"
+
 namespace CLI {
 class App;
 }
@@ -27,6 +29,11 @@ ActivationDtype activations_requested(const CLI::App& app);
 // folder whose config does not carry it; rope_scaling_requested(app) after parsing.
 void add_rope_scaling_option(CLI::App& app);
 RopeScaling rope_scaling_requested(const CLI::App& app);
+
+// --kv-cache-dtype fp16|bf16|fp8 (serve, bench, logits, generate; kv_dtype_option.cc): the KV
+// cache's element type (ServingLimits::kv_dtype); kv_cache_dtype_requested(app) after parsing.
+void add_kv_cache_dtype_option(CLI::App& app);
+KvDtype kv_cache_dtype_requested(const CLI::App& app);
 
 int cmd_make_model(int argc, char** argv);  // cmd_model.cc
 int cmd_logits(int argc, char** argv);      // cmd_model.cc

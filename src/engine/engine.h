@@ -99,6 +99,8 @@ struct EngineMetrics {
   int64_t recomputed_tokens_total = 0;
   int64_t requests_finished_total = 0;
   size_t kv_resident_bytes = 0, kv_budget_bytes = 0;
+  size_t kv_bytes_per_token = 0;     // one position of one slot, all layers, in kv_dtype
+  const char* kv_dtype = "fp16";     // --kv-cache-dtype (kv_dtype_name)
   // Latency histograms (seconds): bucket upper bounds and cumulative counts, Prometheus style.
   struct Histogram {
     std::vector<double> bounds;

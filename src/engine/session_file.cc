@@ -18,19 +18,25 @@ namespace ellm {
 namespace {
 
 constexpr char kMagic[8] = {'E', 'L', 'L', 'M', 'K', 'V', 'S', 'N'};
-// 3: a slot's state may carry sliding windows of token rows (Qwen3.8-Flash-Next's n-gram module)
-// and KV rows per-position values beside K and V (its indexer keys); 2: recurrent states; 1: KV.
-constexpr uint32_t kVersion = 3;
+// 4: the KV cache's dtype (--kv-cache-dtype) in the header; 3: a slot's state may carry sliding
+// windows of token rows (Qwen3.8-Flash-Next's n-gram module) and KV rows per-position values
+// beside K and V (its indexer keys); 2: recurrent states; 1: KV.
+constexpr uint32_t kVersion = 4;
 
 struct Header {
   char magic[8];
   uint32_t version;
   uint32_t chunk_positions;
   uint64_t fingerprint, format_hash, n_ranges, row_bytes, state_bytes;
+  uint64_t kv_dtype;  // KvDtype
   uint64_t n_tokens, n_snapshots;
   uint64_t tokens_hash, snapshots_hash;  // of the tokens; of the snapshot positions and checksums
   uint64_t header_hash;                  // of every field above
 };
+
+const char* kv_dtype_label(uint64_t dtype) {
+  return dtype <= uint64_t(KvDtype::int8) ? kv_dtype_name(KvDtype(dtype)) : "unknown";
+}
 
 uint64_t header_hash(const Header& h) { return hash_bytes(&h, offsetof(Header, header_hash)); }
 uint64_t n_chunks(uint64_t n) { return (n + kChunkPositions - 1) / kChunkPositions; }
@@ -143,6 +149,9 @@ bool open_checked(const std::string& path, const KvIdentity& identity, Fd& file,
   if (header_hash(header) != header.header_hash) return why = "corrupt header", false;
   if (header.chunk_positions != kChunkPositions) return why = "another chunk size", false;
   if (header.fingerprint != identity.fingerprint) return why = "written for another model", false;
+  if (header.kv_dtype != identity.kv_dtype)
+    return why = std::string("KV cache dtype ") + kv_dtype_label(header.kv_dtype) + " in the file, " +
+                 kv_dtype_label(identity.kv_dtype) + " here (--kv-cache-dtype)", false;
   if (header.format_hash != identity.format_hash || header.n_ranges != identity.n_ranges ||
       header.row_bytes != identity.row_bytes || header.state_bytes != identity.state_bytes)
     return why = "another KV format", false;
@@ -207,6 +216,7 @@ void write_session_file(const std::string& dir, const std::string& name, const K
   header.chunk_positions = kChunkPositions;
   header.fingerprint = identity.fingerprint;
   header.format_hash = identity.format_hash;
+  header.kv_dtype = identity.kv_dtype;
   header.n_ranges = identity.n_ranges;
   header.row_bytes = identity.row_bytes;
   header.state_bytes = identity.state_bytes;

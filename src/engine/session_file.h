@@ -1,8 +1,8 @@
 #pragma once
 // A session on disk: its tokens, the KV of every position and, for a hybrid model, snapshots of
-// its recurrent state, in one file that checks itself (version 2; files of version 1, which
-// held no snapshots, are skipped).
-//   header      magic, version, model fingerprint, KV format hash, shape, counts, hashes
+// its recurrent state, in one file that checks itself (version 4; files of earlier versions are
+// skipped with a log line).
+//   header      magic, version, model fingerprint, KV format hash, shape, KV dtype, counts, hashes
 //   tokens      int32 [n_tokens]
 //   snapshots   int64 [n_snapshots] positions, then uint64 [n_snapshots] checksums of their states
 //   checksums   uint64 [n_chunks]        one per chunk of kChunkPositions positions
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/snapshot.h"
+#include "kernels/kv_dtype.h"
 
 namespace ellm {
 
@@ -31,6 +32,7 @@ struct KvIdentity {
   uint64_t n_ranges = 0;      // byte ranges per position (layers x K/V)
   uint64_t row_bytes = 0;     // bytes of one position in one range
   uint64_t state_bytes = 0;   // of one snapshot of the recurrent state (0: the model has none)
+  uint64_t kv_dtype = 0;      // KvDtype (kernels/kv_dtype.h): named in the log when it differs
   uint64_t bytes_per_token() const { return n_ranges * row_bytes; }
   bool operator==(const KvIdentity&) const = default;
 };

@@ -160,30 +160,45 @@ float* out_row(const Item& it, const AttentionSeq& seq, const AttentionShape& sh
   return seq.out + (it.q0 + row / group) * shape.ldo + (h * group + row % group) * shape.head_dim;
 }
 
+// Head h of a sequence's K (or V) cache at position 0, and (FP8, int8) its factor there.
+const void* kv_head(const void* cache, const AttentionShape& shape, int64_t h) {
+  return static_cast<const uint8_t*>(cache) + size_t(h * shape.head_dim) * kv_element_bytes(shape.kv_dtype);
+}
+const float* kv_factors(const void* cache, const AttentionShape& shape, int64_t h) {
+  if (!kv_has_factors(shape.kv_dtype)) return nullptr;
+  return kv_row_factors(cache, shape.n_kv_heads, shape.head_dim) + h;
+}
+
 // The item's rows over positions [p0, p1) from the state (m, l, acc) they are in.
 void run_range(const Item& it, const AttentionSeq& seq, const AttentionShape& shape, const Plan& plan,
                const KernelTable& kernels, int64_t p0, int64_t p1, float* m, float* l, float* acc, float* s) {
   int64_t hd = shape.head_dim, group = plan.group, per_head = (it.q1 - it.q0) * group;
   int64_t first_end = seq.q_start + it.q0 + 1;
+  const KvDtype dtype = shape.kv_dtype;
+  auto block = [&](const float* q, int64_t h, int64_t b0, int64_t b1, float* bm, float* bl, float* bacc) {
+    kernels.attention_block_for(dtype)(q, shape.ldq, group, per_head, first_end, kv_head(seq.k, shape, h),
+                                       kv_head(seq.v, shape, h), kv_factors(seq.k, shape, h),
+                                       kv_factors(seq.v, shape, h), shape.kv_row_stride, b0, b1, hd,
+                                       shape.scale, bm, bl, bacc, s);
+  };
   if (it.whole && kernels.all_heads_supports(hd, per_head)) {
-    kernels.attention_block_all_heads(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, it.heads,
-                      group, per_head, first_end, seq.k + it.kv_head * hd, seq.v + it.kv_head * hd,
-                      shape.kv_row_stride, p0, p1, hd, shape.scale, m, l, acc, s);
+    const int64_t h = it.kv_head;
+    kernels.all_heads_for(dtype)(seq.q + it.q0 * shape.ldq + h * group * hd, shape.ldq, it.heads,
+                                 group, per_head, first_end, kv_head(seq.k, shape, h),
+                                 kv_head(seq.v, shape, h), kv_factors(seq.k, shape, h),
+                                 kv_factors(seq.v, shape, h), shape.kv_row_stride, p0, p1, hd,
+                                 shape.scale, m, l, acc, s);
     // It wrote over what the tier's block kept in the scratch.
     if (kernels.forget_attention_scratch) kernels.forget_attention_scratch(s);
   }
   else if (it.heads == 1)  // one call for the whole range: the kernel prepares q once
-    kernels.attention_block(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, shape.ldq, group, per_head,
-                  first_end, seq.k + it.kv_head * hd, seq.v + it.kv_head * hd,
-                  shape.kv_row_stride, p0, p1, hd, shape.scale, m, l, acc, s);
+    block(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, it.kv_head, p0, p1, m, l, acc);
   else
     for (int64_t p = p0; p < p1; p += kBlockPositions)
       for (int64_t i = 0; i < it.heads; ++i) {
         int64_t h = it.kv_head + i;
-        const float* q = seq.q + it.q0 * shape.ldq + h * group * hd;
-        kernels.attention_block(q, shape.ldq, group, per_head, first_end, seq.k + h * hd, seq.v + h * hd,
-                      shape.kv_row_stride, p, std::min(p + kBlockPositions, p1), hd, shape.scale,
-                      m + i * per_head, l + i * per_head, acc + i * per_head * hd, s);
+        block(seq.q + it.q0 * shape.ldq + h * group * hd, h, p, std::min(p + kBlockPositions, p1),
+              m + i * per_head, l + i * per_head, acc + i * per_head * hd);
       }
 }
 

@@ -31,8 +31,11 @@ std::array<KernelTable, 4> complete_tables() {
             &KernelTable::gated_delta_chunk, &KernelTable::pack_weights, &KernelTable::matmul,
             &KernelTable::matmul_fp8, &KernelTable::matmul_int4,
             &KernelTable::attention_tile_rows, &KernelTable::attention_block,
+            &KernelTable::attention_block_bf16, &KernelTable::attention_block_fp8,
+            &KernelTable::attention_block_int8,
             &KernelTable::attention_scratch_floats, &KernelTable::all_heads_supports,
-            &KernelTable::attention_block_all_heads);
+            &KernelTable::attention_block_all_heads, &KernelTable::attention_block_all_heads_bf16,
+            &KernelTable::attention_block_all_heads_fp8, &KernelTable::attention_block_all_heads_int8);
   return t;
 }
 

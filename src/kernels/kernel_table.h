@@ -92,20 +92,27 @@ void* thread_scratch(int slot, size_t bytes);
 // One flash-attention step for `rows` query rows of one KV head against positions [p0, p1).
 // Row r is query r / group, head r % group of the group: q + (r / group) * ldq + (r % group) *
 // head_dim. It may see positions < first_end + r / group (causal). k, v point at position 0 of
-// the head; position p is at k + p * ldkv (FP16). Online-softmax state per row: running max m[r],
-// sum l[r], unnormalised output acc[r][head_dim]. Any p1 - p0 (the driver passes 64 positions at
-// a time, or a whole range for a one-head item); s is scratch of attention_scratch_floats.
+// the head in the cache (elements of the table entry's KV dtype, kv_dtype.h); position p is at
+// k + p * ldkv elements. FP8, int8: k_factors, v_factors point at the head's factor of position 0,
+// the factor of position p ldkv bytes further on (null for FP16 and BF16); a score is
+// (q . codes) * factor * scale, and a probability p weighs a V row as (p * factor) . codes.
+// Online-softmax state per row: running max m[r], sum l[r], unnormalised output acc[r][head_dim].
+// Any p1 - p0 (the driver passes 64 positions at a time, or a whole range for a one-head item);
+// s is scratch of attention_scratch_floats.
 using AttentionBlockFn = void(const float* q, int64_t ldq, int64_t group, int64_t rows,
-                              int64_t first_end, const f16* k, const f16* v, int64_t ldkv,
+                              int64_t first_end, const void* k, const void* v,
+                              const float* k_factors, const float* v_factors, int64_t ldkv,
                               int64_t p0, int64_t p1, int64_t head_dim, float scale, float* m,
                               float* l, float* acc, float* s);
 
 // attention_block for every KV head at once, for a few query rows (decode): q, m, l and acc are
 // head-major ([n_kv_heads][rows], the head's q at q + h * group * head_dim), k and v point at
-// position 0 of head 0. Any p1 - p0. Reads each position's K and V row once, front to back.
+// position 0 of head 0 (FP8, int8: k_factors, v_factors at head 0's factor; head h's h floats on).
+// Any p1 - p0. Reads each position's K and V row once, front to back.
 // Only for the (head_dim, rows) its table's all_heads_supports accepts.
 using AllHeadsFn = void(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
-                        int64_t rows, int64_t first_end, const f16* k, const f16* v, int64_t ldkv,
+                        int64_t rows, int64_t first_end, const void* k, const void* v,
+                        const float* k_factors, const float* v_factors, int64_t ldkv,
                         int64_t p0, int64_t p1, int64_t head_dim, float scale, float* m, float* l,
                         float* acc, float* s);
 
@@ -159,13 +166,33 @@ struct KernelTable {
   // Attention: query rows (query x head) per prefill work item, and the block kernel with its
   // scratch size for up to `rows` rows (acc must have room for rows rounded up to 16).
   int64_t attention_tile_rows;
+  // Attention over an FP16, BF16, FP8 and int8 cache (attention_block_for picks one).
   AttentionBlockFn* attention_block;
+  AttentionBlockFn* attention_block_bf16;
+  AttentionBlockFn* attention_block_fp8;
+  AttentionBlockFn* attention_block_int8;
   size_t (*attention_scratch_floats)(int64_t rows, int64_t head_dim);
   // Forgets what a block kept in its scratch from an earlier call (null: it keeps nothing). The
   // driver calls it at the start of every pass and after any other kernel used the scratch.
   void (*forget_attention_scratch)(float* s);
   bool (*all_heads_supports)(int64_t head_dim, int64_t rows_per_head);
   AllHeadsFn* attention_block_all_heads;
+  AllHeadsFn* attention_block_all_heads_bf16;
+  AllHeadsFn* attention_block_all_heads_fp8;
+  AllHeadsFn* attention_block_all_heads_int8;
+
+  AttentionBlockFn* attention_block_for(KvDtype d) const {
+    return d == KvDtype::f16    ? attention_block
+           : d == KvDtype::bf16 ? attention_block_bf16
+           : d == KvDtype::fp8  ? attention_block_fp8
+                                : attention_block_int8;
+  }
+  AllHeadsFn* all_heads_for(KvDtype d) const {
+    return d == KvDtype::f16    ? attention_block_all_heads
+           : d == KvDtype::bf16 ? attention_block_all_heads_bf16
+           : d == KvDtype::fp8  ? attention_block_all_heads_fp8
+                                : attention_block_all_heads_int8;
+  }
 };
 
 extern const KernelTable scalar_kernels;  // kernels/scalar/table.cc

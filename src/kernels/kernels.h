@@ -11,6 +11,7 @@
 
 #include "base/cpu.h"
 #include "base/memory.h"
+#include "kernels/kv_dtype.h"
 
 namespace ellm {
 
@@ -319,22 +320,26 @@ void matmul(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float
 
 // One sequence's queries in a pass: positions [q_start, q_start + n_q) of its slot. Each query
 // attends causally to cache positions [0, its position]. The cache of the slot holds K and V as
-// [max_positions][n_kv_heads][head_dim] FP16 (row stride kv_row_stride elements), already
-// written for every position up to q_start + n_q - 1.
+// rows of shape.kv_dtype (kv_dtype.h), kv_row_stride elements apart, already written for every
+// position up to q_start + n_q - 1.
 struct AttentionSeq {
   const float* q;  // [n_q][n_heads * head_dim], row stride ldq
   float* out;      // [n_q][n_heads * head_dim], row stride ldo
   int64_t n_q;
   int64_t q_start;
-  const f16* k;
-  const f16* v;
+  const void* k;   // position 0, head 0
+  const void* v;
 };
 
 struct AttentionShape {
   int64_t n_heads, n_kv_heads, head_dim;
   int64_t ldq, ldo;
-  int64_t kv_row_stride;  // elements from one position to the next (head h starts at h * head_dim)
+  // Elements of kv_dtype (bytes for FP8) from one position to the next: head h starts at
+  // h * head_dim; FP8's and int8's factors follow the n_kv_heads * head_dim codes (a multiple of
+  // 4 bytes).
+  int64_t kv_row_stride;
   float scale;  // 1/sqrt(head_dim)
+  KvDtype kv_dtype = KvDtype::f16;
 };
 
 // Scratch floats attention() needs for up to max_seqs sequences, max_tokens queries in a pass,

@@ -17,11 +17,12 @@ namespace ellm {
 class RowFetch {
  public:
   RowFetch() = default;  // nothing to fetch
-  // Rows [row0, row0 + rows) x elements [0, width) of the FP16 rows `ld` elements apart at
-  // `base`; nothing when rows <= 0.
-  RowFetch(const uint16_t* base, int64_t row0, int64_t rows, int64_t ld, int64_t width)
+  // Rows [row0, row0 + rows) x elements [0, width) of the rows `ld` elements apart at `base`
+  // (FP16, BF16 or FP8 codes); nothing when rows <= 0.
+  template <class E>
+  RowFetch(const E* base, int64_t row0, int64_t rows, int64_t ld, int64_t width)
       : row_(rows > 0 ? reinterpret_cast<const char*>(base + row0 * ld) : nullptr),
-        width_(width * 2), stride_(ld * 2), rows_left_(rows) {}
+        width_(width * int64_t(sizeof(E))), stride_(ld * int64_t(sizeof(E))), rows_left_(rows) {}
 
   bool active() const { return row_ != nullptr; }
 

@@ -14,13 +14,15 @@
 #include "kernels/kernel_table.h"
 #include "kernels/row_fetch.h"
 #include "kernels/simd_elementwise.h"
+#include "kernels/simd_kv_load.h"
 
 namespace ellm::simd {
 
 // acc[r] += sum_j p[j * L + r] v_j for R rows of one head (L * NV dims), j < count, V::kPvVectors
 // vectors of dimensions at a time. With `fetch`, fetches some of its lines per position.
-template <class V, int R, int NV>
-void add_pv(const float* p, int64_t count, const f16* v, int64_t ldv, float* acc, RowFetch* fetch) {
+template <class V, KvDtype D, int R, int NV>
+void add_pv(const float* p, int64_t count, const typename KvLoad<V, D>::E* v, int64_t ldv, float* acc,
+            RowFetch* fetch) {
   constexpr int L = V::kLanes, C = NV < V::kPvVectors ? NV : V::kPvVectors;
   for (int c0 = 0; c0 < NV; c0 += C) {
     typename V::F a[R][C];
@@ -35,7 +37,7 @@ void add_pv(const float* p, int64_t count, const f16* v, int64_t ldv, float* acc
       if (fetch) fetch->step<V::pv_fetch_lines(C)>();
 #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) {
-        auto vc = V::load_f16(v + j * ldv + L * (c0 + c));
+        auto vc = KvLoad<V, D>::load(v + j * ldv + L * (c0 + c));
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) a[r][c] = V::fmadd(pj[r], vc, a[r][c]);
       }
@@ -50,11 +52,12 @@ void add_pv(const float* p, int64_t count, const f16* v, int64_t ldv, float* acc
 // dots[j][lane0 + r] = L partial sums of q_r . k_{p0 + j} for ROWS rows of one KV head and
 // L / ROWS positions (positions past `last` repeat it; the caller masks them). q[r] points at
 // row r's query, k at position 0 of the head. Fetches some of `fetch`'s lines per L dims.
-template <class V, int NV, int ROWS>
-inline void dot_block(const float* const* q, const f16* k, int64_t ldk, int64_t p0, int64_t last,
-                      typename V::F (*dots)[V::kLanes], int lane0, RowFetch& fetch) {
+template <class V, KvDtype D, int NV, int ROWS>
+inline void dot_block(const float* const* q, const typename KvLoad<V, D>::E* k, int64_t ldk,
+                      int64_t p0, int64_t last, typename V::F (*dots)[V::kLanes], int lane0,
+                      RowFetch& fetch) {
   constexpr int L = V::kLanes, kPositions = L / ROWS;
-  const f16* kj[kPositions];
+  const typename KvLoad<V, D>::E* kj[kPositions];
 #pragma GCC unroll 16
   for (int j = 0; j < kPositions; ++j) kj[j] = k + std::min<int64_t>(p0 + j, last) * ldk;
   typename V::F a[kPositions][ROWS];
@@ -71,7 +74,7 @@ inline void dot_block(const float* const* q, const f16* k, int64_t ldk, int64_t 
     fetch.step<V::dot_fetch_lines(ROWS)>();
 #pragma GCC unroll 16
     for (int j = 0; j < kPositions; ++j) {
-      auto kc = V::load_f16(kj[j] + L * c);
+      auto kc = KvLoad<V, D>::load(kj[j] + L * c);
 #pragma GCC unroll 8
       for (int r = 0; r < ROWS; ++r)
         a[j][r] = V::fmadd(kc, V::kQInRegisters ? qc[r] : V::load(q[r] + L * c), a[j][r]);
@@ -83,12 +86,28 @@ inline void dot_block(const float* const* q, const f16* k, int64_t ldk, int64_t 
     for (int r = 0; r < ROWS; ++r) dots[j][lane0 + r] = a[j][r];
 }
 
+// For every position j of a block (the last again past `count`), the factor of each lane's head
+// (lane t: head h0 + t / ROWS, the last one again past `heads`), as kv_factor gives them.
+template <class V, KvDtype D, int ROWS>
+void lane_factors(const float* factors, int64_t ldkv, int64_t j0, int64_t count, int64_t h0,
+                  int64_t heads, float (*out)[V::kLanes]) {
+  constexpr int L = V::kLanes;
+  for (int j = 0; j < L; ++j)
+    for (int t = 0; t < L; ++t)
+      out[j][t] = KvLoad<V, D>::factor(factors + h0 + std::min<int64_t>(t / ROWS, heads - 1), ldkv,
+                                       j0 + std::min<int64_t>(j, count - 1));
+}
+
 // head_dim = L * NV, ROWS query rows per KV head.
-template <class V, int NV, int ROWS>
+template <class V, KvDtype D, int NV, int ROWS>
 void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, int64_t first_end,
-               const f16* k, const f16* v, int64_t ldkv, int64_t p0, int64_t p1, float scale,
+               const void* k_cache, const void* v_cache, const float* k_factors,
+               const float* v_factors, int64_t ldkv, int64_t p0, int64_t p1, float scale,
                float* m, float* l, float* acc, float* scratch) {
   using F = typename V::F;
+  using Load = KvLoad<V, D>;
+  const auto* k = static_cast<const typename Load::E*>(k_cache);
+  const auto* v = static_cast<const typename Load::E*>(v_cache);
   constexpr int L = V::kLanes;
   constexpr int64_t kHeadDim = L * NV;
   constexpr int kHeads = L / ROWS;
@@ -122,10 +141,17 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
       RowFetch next_k(k + h0 * kHeadDim, j0 + L, next, ldkv, heads * kHeadDim);
       for (int64_t hh = 0; hh < heads; ++hh)
         for (int jb = 0; jb < L; jb += L / ROWS)
-          dot_block<V, NV, ROWS>(qr + hh * ROWS, k + (h0 + hh) * kHeadDim, ldkv, j0 + jb,
+          dot_block<V, D, NV, ROWS>(qr + hh * ROWS, k + (h0 + hh) * kHeadDim, ldkv, j0 + jb,
                                  j0 + count - 1, dots + jb, int(hh * ROWS), this_v);
       F s[L];
-      for (int j = 0; j < L; ++j) s[j] = V::mul(V::sum_lanes(dots[j]), vscale);
+      alignas(64) float factors[L][L];  // FP8: [position][lane] the K (then V) row's factor
+      if constexpr (Load::kFactors) lane_factors<V, D, ROWS>(k_factors, ldkv, j0, count, h0, heads, factors);
+      for (int j = 0; j < L; ++j) {
+        s[j] = V::sum_lanes(dots[j]);
+        if constexpr (Load::kFactors) s[j] = V::mul(s[j], V::load(factors[j]));
+        s[j] = V::mul(s[j], vscale);
+      }
+      if constexpr (Load::kFactors) lane_factors<V, D, ROWS>(v_factors, ldkv, j0, count, h0, heads, factors);
 
       // Online softmax, lane-wise. A lane that has seen no position keeps m = -inf, correction 1.
       const int64_t i0 = h0 * ROWS;
@@ -140,6 +166,7 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
       for (int j = 0; j < L; ++j) {
         F pj = V::zero_unless(V::both(in_block(j), seen), exp<V>(V::sub(s[j], m_new)));
         sum = V::add(sum, pj);
+        if constexpr (Load::kFactors) pj = V::mul(pj, V::load(factors[j]));  // p * V's factor
         V::store(p + L * j, pj);
       }
       V::store(l_lanes, V::fmadd(V::load(l_lanes), correction, sum));
@@ -157,14 +184,14 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
 
       // acc_t += p_tj v_j, head by head from cache, V::kPvRows rows at a time.
       for (int64_t hh = 0; hh < heads; ++hh) {
-        const f16* vh = v + j0 * ldkv + (h0 + hh) * kHeadDim;
+        const auto* vh = v + j0 * ldkv + (h0 + hh) * kHeadDim;
         for (int r = 0; r < ROWS; r += V::kPvRows) {
           int64_t t = hh * ROWS + r;
           RowFetch* fetch = r == 0 ? &next_k : nullptr;  // one fetch per head
           if (V::kPvRows == 2 && r + 1 < ROWS)
-            add_pv<V, V::kPvRows == 2 ? 2 : 1, NV>(p + t, count, vh, ldkv, acc + (i0 + t) * kHeadDim, fetch);
+            add_pv<V, D, V::kPvRows == 2 ? 2 : 1, NV>(p + t, count, vh, ldkv, acc + (i0 + t) * kHeadDim, fetch);
           else
-            add_pv<V, 1, NV>(p + t, count, vh, ldkv, acc + (i0 + t) * kHeadDim, fetch);
+            add_pv<V, D, 1, NV>(p + t, count, vh, ldkv, acc + (i0 + t) * kHeadDim, fetch);
         }
       }
     }
@@ -172,18 +199,20 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
 }
 
 // attention_block_all_heads for the shapes qwen3_decode_shapes() accepts.
-template <class V>
+template <class V, KvDtype D>
 void attention_block_all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group,
-                               int64_t rows, int64_t first_end, const f16* k, const f16* v,
-                               int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim, float scale,
-                               float* m, float* l, float* acc, float* s) {
+                               int64_t rows, int64_t first_end, const void* k, const void* v,
+                               const float* k_factors, const float* v_factors, int64_t ldkv,
+                               int64_t p0, int64_t p1, int64_t head_dim, float scale, float* m,
+                               float* l, float* acc, float* s) {
   constexpr int N64 = 64 / V::kLanes, N128 = 128 / V::kLanes;
   auto run = head_dim == 128
-                 ? (rows == 1 ? all_heads<V, N128, 1> : rows == 2 ? all_heads<V, N128, 2>
-                    : rows == 4 ? all_heads<V, N128, 4> : all_heads<V, N128, 8>)
-                 : (rows == 1 ? all_heads<V, N64, 1> : rows == 2 ? all_heads<V, N64, 2>
-                    : rows == 4 ? all_heads<V, N64, 4> : all_heads<V, N64, 8>);
-  return run(q, ldq, n_kv_heads, group, first_end, k, v, ldkv, p0, p1, scale, m, l, acc, s);
+                 ? (rows == 1 ? all_heads<V, D, N128, 1> : rows == 2 ? all_heads<V, D, N128, 2>
+                    : rows == 4 ? all_heads<V, D, N128, 4> : all_heads<V, D, N128, 8>)
+                 : (rows == 1 ? all_heads<V, D, N64, 1> : rows == 2 ? all_heads<V, D, N64, 2>
+                    : rows == 4 ? all_heads<V, D, N64, 4> : all_heads<V, D, N64, 8>);
+  return run(q, ldq, n_kv_heads, group, first_end, k, v, k_factors, v_factors, ldkv, p0, p1, scale,
+             m, l, acc, s);
 }
 
 }  // namespace ellm::simd

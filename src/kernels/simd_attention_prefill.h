@@ -18,6 +18,7 @@
 
 #include "kernels/kernel_table.h"
 #include "kernels/simd_elementwise.h"
+#include "kernels/simd_kv_load.h"
 
 namespace ellm::simd {
 
@@ -39,30 +40,49 @@ inline float softmax_correction(float m, float new_max) {
 
 namespace prefill {
 
-// kt[d][j] = k[j * ldk + d] for j < width, zero for width <= j < ldt; fetches rows further on
-// (`ahead`) meanwhile.
-template <class V>
-void transpose_block(const f16* k, int64_t ldk, int64_t width, int64_t head_dim, float* kt,
-                     int64_t ldt, const f16* ahead) {
+// kt[d][j] = k[j * ldk + d] widened (KvLoad) for j < width, zero for width <= j < ldt; fetches
+// rows further on (`ahead`) meanwhile. FP16 goes by the tier's 8x8 (16x16) transpose; the other
+// dtypes widen a row's vector of dimensions and scatter it into a column.
+template <class V, KvDtype D>
+void transpose_block(const typename KvLoad<V, D>::E* k, int64_t ldk, int64_t width,
+                     int64_t head_dim, float* kt, int64_t ldt, const typename KvLoad<V, D>::E* ahead) {
   constexpr int64_t L = V::kLanes;
-  const int64_t full_j = width / L * L, full_d = head_dim / L * L;
-  for (int64_t j = 0; j < full_j; j += L)
-    for (int64_t d = 0; d < full_d; d += L) {
-      if (d % V::kPrefetchDims == 0)
-        for (int64_t r = 0; r < L; ++r)
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + (j + r) * ldk + d), V::kPrefetchHint);
-      V::transpose(k + j * ldk + d, ldk, kt + d * ldt + j, ldt);
+  if constexpr (D != KvDtype::f16) {
+    const int64_t full_d = head_dim / L * L;
+    alignas(64) float column[L];
+    for (int64_t j = 0; j < width; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + j * ldk), V::kPrefetchHint);
+      for (int64_t d = 0; d < full_d; d += L) {
+        V::store(column, KvLoad<V, D>::load(k + j * ldk + d));
+        for (int64_t i = 0; i < L; ++i) kt[(d + i) * ldt + j] = column[i];
+      }
+      for (int64_t d = full_d; d < head_dim; ++d) {
+        V::store(column, KvLoad<V, D>::load(k + j * ldk + d, 1));
+        kt[d * ldt + j] = column[0];
+      }
     }
-  for (int64_t d = 0; d < head_dim; ++d) {
-    for (int64_t j = d < full_d ? full_j : 0; j < width; ++j) kt[d * ldt + j] = f16_to_f32(k[j * ldk + d]);
-    for (int64_t j = width; j < ldt; ++j) kt[d * ldt + j] = 0.0f;
+    for (int64_t d = 0; d < head_dim; ++d)
+      for (int64_t j = width; j < ldt; ++j) kt[d * ldt + j] = 0.0f;
+  } else {
+    const int64_t full_j = width / L * L, full_d = head_dim / L * L;
+    for (int64_t j = 0; j < full_j; j += L)
+      for (int64_t d = 0; d < full_d; d += L) {
+        if (d % V::kPrefetchDims == 0)
+          for (int64_t r = 0; r < L; ++r)
+            _mm_prefetch(reinterpret_cast<const char*>(ahead + (j + r) * ldk + d), V::kPrefetchHint);
+        V::transpose(k + j * ldk + d, ldk, kt + d * ldt + j, ldt);
+      }
+    for (int64_t d = 0; d < head_dim; ++d) {
+      for (int64_t j = d < full_d ? full_j : 0; j < width; ++j) kt[d * ldt + j] = f16_to_f32(k[j * ldk + d]);
+      for (int64_t j = width; j < ldt; ++j) kt[d * ldt + j] = 0.0f;
+    }
   }
 }
 
-// s[i][0:L NV] = scale * q_i . kt for R rows.
+// s[i][0:L NV] = scale * q_i . kt for R rows (FP8: (q_i . kt) * k_factors * scale).
 template <class V, int R, int NV>
 void scores(const float* const* q, const float* kt, int64_t ldt, int64_t head_dim, float scale,
-            float* s) {
+            const float* k_factors, float* s) {
   constexpr int L = V::kLanes;
   typename V::F c[R][NV];
 #pragma GCC unroll 4
@@ -84,7 +104,10 @@ void scores(const float* const* q, const float* kt, int64_t ldt, int64_t head_di
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
-    for (int t = 0; t < NV; ++t) V::store(s + i * ldt + L * t, V::mul(c[i][t], vscale));
+    for (int t = 0; t < NV; ++t) {
+      if (k_factors) c[i][t] = V::mul(c[i][t], V::load(k_factors + L * t));
+      V::store(s + i * ldt + L * t, V::mul(c[i][t], vscale));
+    }
 }
 
 // Online-softmax update of one row: s[0:ldt] scores in, probabilities out (zero past
@@ -111,10 +134,11 @@ float softmax_row(float* s, int64_t visible, int64_t ldt, float& m, float& l) {
 
 // acc_i = acc_i * correction_i + p_i . v[0:count] for R rows, L * kPrefillVectors dimensions at
 // a time; rows with a null acc are computed but not stored. With `ahead_v`, fetches those rows
-// meanwhile (one line per 32 dimensions).
-template <class V, int R>
+// meanwhile (one line per 32 dimensions). FP8: p weighs row j as p * v_factors[j].
+template <class V, KvDtype D, int R>
 void accumulate(float* const* acc, const float* correction, const float* p, int64_t ldp,
-                const f16* v, int64_t ldv, int64_t count, int64_t head_dim, const f16* ahead_v) {
+                const typename KvLoad<V, D>::E* v, int64_t ldv, int64_t count, int64_t head_dim,
+                const typename KvLoad<V, D>::E* ahead_v, const float* v_factors) {
   constexpr int L = V::kLanes, NV = V::kPrefillVectors;
   for (int64_t d0 = 0; d0 < head_dim; d0 += L * NV) {
     int64_t left[NV];  // dimensions left from each vector on (<= 0: none)
@@ -130,17 +154,17 @@ void accumulate(float* const* acc, const float* correction, const float* p, int6
         a[i][t] = left[t] > 0 ? V::mul(V::load(src + d0 + L * t, left[t]), c) : V::zero();
     }
     for (int64_t j = 0; j < count; ++j) {
-      const f16* vj = v + j * ldv + d0;
+      const auto* vj = v + j * ldv + d0;
       if (ahead_v)
         for (int t = 0; t < NV && left[t] > 0; t += 32 / L)
           if ((d0 + L * t) % 32 == 0)
             _mm_prefetch(reinterpret_cast<const char*>(ahead_v + j * ldv + d0 + L * t), V::kPrefetchHint);
       typename V::F vv[NV];
 #pragma GCC unroll 4
-      for (int t = 0; t < NV; ++t) vv[t] = left[t] > 0 ? V::load_f16(vj + L * t, left[t]) : V::zero();
+      for (int t = 0; t < NV; ++t) vv[t] = left[t] > 0 ? KvLoad<V, D>::load(vj + L * t, left[t]) : V::zero();
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
-        auto pb = V::set1(p[i * ldp + j]);
+        auto pb = V::set1(v_factors ? p[i * ldp + j] * v_factors[j] : p[i * ldp + j]);
 #pragma GCC unroll 4
         for (int t = 0; t < NV; ++t) a[i][t] = V::fmadd(pb, vv[t], a[i][t]);
       }
@@ -155,16 +179,29 @@ void accumulate(float* const* acc, const float* correction, const float* p, int6
 }
 
 // attention_block over positions [p0, p1), at most L * kPrefillVectors of them, R rows a tile.
-template <class V, int R>
+template <class V, KvDtype D, int R>
 void sub_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
-               const f16* k, const f16* v, int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim,
+               const void* k_cache, const void* v_cache, const float* k_factors,
+               const float* v_factors, int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim,
                float scale, float* m, float* l, float* acc, float* scratch) {
+  using Load = KvLoad<V, D>;
   constexpr int64_t L = V::kLanes;
+  const auto* k = static_cast<const typename Load::E*>(k_cache);
+  const auto* v = static_cast<const typename Load::E*>(v_cache);
   const int64_t width = p1 - p0, ldt = (width + L - 1) / L * L;
   const int64_t ahead = V::kAheadPositions ? p0 + V::kAheadPositions : p1;
   float* kt = scratch;             // [head_dim][ldt]
   float* s = kt + head_dim * ldt;  // [R][ldt]
-  transpose_block<V>(k + p0 * ldkv, ldkv, width, head_dim, kt, ldt, k + ahead * ldkv);
+  float* kf = s + R * ldt;         // FP8: [ldt] the K rows' factors, then [ldt] the V rows'
+  float* vf = kf + ldt;
+  if constexpr (Load::kFactors)
+    for (int64_t j = 0; j < ldt; ++j) {
+      kf[j] = j < width ? Load::factor(k_factors, ldkv, p0 + j) : 0.0f;
+      vf[j] = j < width ? Load::factor(v_factors, ldkv, p0 + j) : 0.0f;
+    }
+  const float* kfs = Load::kFactors ? kf : nullptr;
+  const float* vfs = Load::kFactors ? vf : nullptr;
+  transpose_block<V, D>(k + p0 * ldkv, ldkv, width, head_dim, kt, ldt, k + ahead * ldkv);
   for (int64_t r0 = 0; r0 < rows; r0 += R) {
     // Positions the tile's last row sees; rows before the first visible position skip the block.
     const int64_t last = std::min(rows, r0 + R) - 1;
@@ -179,10 +216,10 @@ void sub_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t
     }
     const int64_t tile_vecs = (tile_visible + L - 1) / L;
     switch (tile_vecs) {
-      case 1: scores<V, R, 1>(qr, kt, ldt, head_dim, scale, s); break;
-      case 2: scores<V, R, 2>(qr, kt, ldt, head_dim, scale, s); break;
-      case 3: if constexpr (V::kPrefillVectors >= 3) scores<V, R, 3>(qr, kt, ldt, head_dim, scale, s); break;
-      default: scores<V, R, V::kPrefillVectors>(qr, kt, ldt, head_dim, scale, s); break;
+      case 1: scores<V, R, 1>(qr, kt, ldt, head_dim, scale, kfs, s); break;
+      case 2: scores<V, R, 2>(qr, kt, ldt, head_dim, scale, kfs, s); break;
+      case 3: if constexpr (V::kPrefillVectors >= 3) scores<V, R, 3>(qr, kt, ldt, head_dim, scale, kfs, s); break;
+      default: scores<V, R, V::kPrefillVectors>(qr, kt, ldt, head_dim, scale, kfs, s); break;
     }
     float correction[R];
     for (float& c : correction) c = 1.0f;
@@ -191,8 +228,8 @@ void sub_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t
       const int64_t visible = std::min(p1, first_end + r / group) - p0;
       correction[i] = softmax_row<V>(s + i * ldt, visible, tile_vecs * L, m[r], l[r]);
     }
-    accumulate<V, R>(acc_rows, correction, s, ldt, v + p0 * ldkv, ldkv, tile_visible, head_dim,
-                     r0 == 0 ? v + ahead * ldkv : nullptr);
+    accumulate<V, D, R>(acc_rows, correction, s, ldt, v + p0 * ldkv, ldkv, tile_visible, head_dim,
+                        r0 == 0 ? v + ahead * ldkv : nullptr, vfs);
   }
 }
 
@@ -201,18 +238,20 @@ void sub_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t
 // attention_block: sub-blocks of L * kPrefillVectors positions, tiles of 4 query rows (2 when a
 // block has only 2 rows, where V::kPairTiles); head_dim not a multiple of L goes to the scalar
 // tier where V has no masked tails.
-template <class V>
+template <class V, KvDtype D>
 void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
-                     const f16* k, const f16* v, int64_t ldkv, int64_t p0, int64_t p1,
-                     int64_t head_dim, float scale, float* m, float* l, float* acc, float* s) {
+                     const void* k, const void* v, const float* k_factors, const float* v_factors,
+                     int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim, float scale, float* m,
+                     float* l, float* acc, float* s) {
   if (!V::kMaskedTail && head_dim % V::kLanes)
-    return scalar_kernels.attention_block(q, ldq, group, rows, first_end, k, v, ldkv, p0, p1,
-                                          head_dim, scale, m, l, acc, s);
+    return scalar_kernels.attention_block_for(D)(q, ldq, group, rows, first_end, k, v, k_factors,
+                                                 v_factors, ldkv, p0, p1, head_dim, scale, m, l,
+                                                 acc, s);
   constexpr int64_t kPositions = V::kLanes * V::kPrefillVectors;
-  auto run = V::kPairTiles && rows <= 2 ? prefill::sub_block<V, 2> : prefill::sub_block<V, 4>;
+  auto run = V::kPairTiles && rows <= 2 ? prefill::sub_block<V, D, 2> : prefill::sub_block<V, D, 4>;
   for (int64_t p = p0; p < p1; p += kPositions)
-    run(q, ldq, group, rows, first_end, k, v, ldkv, p, std::min(p1, p + kPositions), head_dim,
-        scale, m, l, acc, s);
+    run(q, ldq, group, rows, first_end, k, v, k_factors, v_factors, ldkv, p,
+        std::min(p1, p + kPositions), head_dim, scale, m, l, acc, s);
 }
 
 }  // namespace ellm::simd

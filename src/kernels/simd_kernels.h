@@ -37,11 +37,17 @@ constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul
       .matmul_fp8 = matmul_fp8,
       .matmul_int4 = matmul_int4,
       .attention_tile_rows = 32,
-      .attention_block = attention_block<V>,
+      .attention_block = attention_block<V, KvDtype::f16>,
+      .attention_block_bf16 = attention_block<V, KvDtype::bf16>,
+      .attention_block_fp8 = attention_block<V, KvDtype::fp8>,
+      .attention_block_int8 = attention_block<V, KvDtype::int8>,
       .attention_scratch_floats = default_attention_scratch_floats,
       .forget_attention_scratch = nullptr,
       .all_heads_supports = qwen3_decode_shapes,
-      .attention_block_all_heads = attention_block_all_heads<V>,
+      .attention_block_all_heads = attention_block_all_heads<V, KvDtype::f16>,
+      .attention_block_all_heads_bf16 = attention_block_all_heads<V, KvDtype::bf16>,
+      .attention_block_all_heads_fp8 = attention_block_all_heads<V, KvDtype::fp8>,
+      .attention_block_all_heads_int8 = attention_block_all_heads<V, KvDtype::int8>,
   };
 }
 

@@ -116,6 +116,14 @@ struct Avx2Vec {
     lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
     hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
   }
+  // 8 FP8 E4M3 codes (no NaN) as their values times 2^-8, exactly (as load_fp8_x2).
+  static F load_fp8(const uint8_t* p, int64_t = 0) {
+    __m128i h = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(h, 7), _mm_set1_epi16(int16_t(0xbf80))));
+  }
+  static F load_i8(const uint8_t* p, int64_t = 0) {  // 8 int8 codes, exactly
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
   static F load_bf16(const uint16_t* p, int64_t) {
     __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));

@@ -104,6 +104,14 @@ struct Avx512Vec {
     lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
     hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
   }
+  // 16 FP8 E4M3 codes (no NaN; with n, the first n) as their values times 2^-8, exactly.
+  static F load_fp8(const uint8_t* p, int64_t n = 16) {
+    __m256i h = _mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(tail_mask(n), p));
+    return _mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16(int16_t(0xbf80))));
+  }
+  static F load_i8(const uint8_t* p, int64_t n = 16) {  // 16 (or n) int8 codes, exactly
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(tail_mask(n), p)));
+  }
   static F load_bf16(const uint16_t* p, int64_t n) {
     __m256i h = _mm256_maskz_loadu_epi16(tail_mask(n), p);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));

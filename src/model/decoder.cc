@@ -126,10 +126,11 @@ void Decoder::finish_load(const std::string& model_dir, DecoderWeights& weights,
   char line[256];
   std::snprintf(
       line, sizeof line,
-      "loaded %s in %.2f s (%s, %d threads): weights %s, resident %s, KV reserved %s (%s per token)",
+      "loaded %s in %.2f s (%s, %d threads): weights %s, resident %s, KV reserved %s (%s per token, %s)",
       model_dir.c_str(), seconds, isa_name(active_isa()), team_.size(),
       format_bytes(double(weights.bytes)).c_str(), format_bytes(double(process_resident_bytes())).c_str(),
-      format_bytes(double(kv.reserved_bytes())).c_str(), format_bytes(double(kv.bytes_per_token())).c_str());
+      format_bytes(double(kv.reserved_bytes())).c_str(), format_bytes(double(kv.bytes_per_token())).c_str(),
+      kv_dtype_name(kv.dtype()));
   std::string message = line;
   if (weights.int4_bytes > 0)
     message += int8_inputs ? ", INT4 products on int8 activations" : ", INT4 products on BF16 activations";

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kv_dtype.h"
 #include "model/config.h"
 #include "model/load/mapped_table.h"
 
@@ -42,6 +43,7 @@ struct ServingLimits {
   int64_t chunk_size = 0;          // most tokens in one forward pass; 0 = sequence_length
   int threads = 0;                 // 0 = one per physical core
   size_t kv_memory_bytes = 0;      // committed-KV budget; 0 = what RAM allows after the weights
+  KvDtype kv_dtype = KvDtype::f16;  // --kv-cache-dtype: the KV cache's element type
   bool quantize_fp8 = false;       // --quantize fp8: BF16 linear weights to FP8 at load
   bool quantize_int4 = false;      // --quantize int4: BF16 or FP8 linear weights to INT4 at load
   bool int4_lm_head = true;        // with quantize_int4: lm_head too

@@ -68,6 +68,10 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, co
   scalar("ellm:requests_finished_total", "counter", "Requests finished (any reason).", m.requests_finished_total);
   scalar("ellm:kv_cache_resident_bytes", "gauge", "KV cache memory committed in RAM.", static_cast<double>(m.kv_resident_bytes));
   scalar("ellm:kv_cache_budget_bytes", "gauge", "KV cache memory budget (--kv-memory).", static_cast<double>(m.kv_budget_bytes));
+  out << "# HELP ellm:kv_cache_bytes_per_token KV cache bytes per position of a slot, all layers, in its dtype (--kv-cache-dtype).\n"
+      << "# TYPE ellm:kv_cache_bytes_per_token gauge\n"
+      << "ellm:kv_cache_bytes_per_token{" << label << ",dtype=\"" << m.kv_dtype << "\"} "
+      << number(double(m.kv_bytes_per_token)) << '\n';
   if (const MappedTableStatus& t = m.mapped_table; t.bytes > 0) {
     scalar("ellm:mapped_table_bytes", "gauge", "Size of the table read in place from the checkpoint (the n-gram table).", double(t.bytes));
     scalar("ellm:mapped_table_resident_bytes", "gauge", "Its bytes resident in RAM (page cache, or pinned by --mlock-table).", double(t.resident_bytes));

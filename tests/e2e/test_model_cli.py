@@ -111,6 +111,23 @@ def main():
                 "--activations", "fp4")
         check(r.returncode != 0 and "--activations" in r.stderr, "--activations fp4 is refused")
 
+        # --kv-cache-dtype: 8-bit KV through `ellm logits` keeps err within 2 x atol at >= 90% of
+        # positions (tests/model/golden_kv_dtype.h checks every model and tier), the load line
+        # names the dtype, and a bad value is a one-line error.
+        qwen3 = os.path.join(SHARED, "models", "tiny-qwen3")
+        session = os.path.join(SHARED, "golden", "tiny-qwen3", "session.json")
+        out = os.path.join(tmp, "tiny-qwen3-int8kv.f32")
+        r = must("logits", "--model-path", qwen3, "--feeds", session, "--out", out, "--kv-cache-dtype", "int8")
+        check(golden_rule("tiny-qwen3", out, 2), "tiny-qwen3 --kv-cache-dtype int8: err within 2 x atol")
+        check(any(l.startswith("loaded ") and "per token, int8)" in l for l in r.stderr.splitlines()),
+              "the load line names the KV dtype")
+        r = must("logits", "--model-path", os.path.join(SHARED, "models", "tiny-qwen35"), "--feeds",
+                 os.path.join(SHARED, "golden", "tiny-qwen35", "session.json"), "--out", out, "--kv-cache-dtype", "fp8")
+        check(golden_rule("tiny-qwen35", out, 2), "tiny-qwen35 --kv-cache-dtype fp8: err within 2 x atol")
+        for command in (["logits", "--feeds", session, "--out", out], ["serve", "--port", "0"], ["bench"]):
+            expect_error(f"{command[0]} --kv-cache-dtype fp4", [*command, "--model-path", qwen3, "--kv-cache-dtype", "fp4"],
+                         "--kv-cache-dtype: 'fp4' is not fp16, bf16, int8 or fp8")
+
         # YaRN: the folders that carry it, and --rope-scaling on the same weights without it
         # (factor 4 over an original window of 32), pass the YaRN goldens; other rope types are a
         # one-line error, from the flag or from config.json.
@@ -223,6 +240,16 @@ def main():
         check(decodes[-1]["bytes_per_step"] > decodes[0]["bytes_per_step"],
               "decode at context 300 reads more bytes per step (K/V) than at 64")
         check("% of read" in r.stdout, "bench prints its table")
+        check(all(x["kv_cache_dtype"] == "fp16" for x in rows[1:]), "bench rows name the KV dtype")
+        # With an FP8 KV cache, the zeroed context decodes too, and the rows say so, with its bytes.
+        fp8_json = os.path.join(tmp, "bench-fp8.jsonl")
+        must("bench", "--model-path", tiny, "--prompt-lengths", "", "--decode-batches", "1",
+             "--decode-contexts", "300", "--zero-context", "--decode-steps", "2", "--busy", "false",
+             "--kv-cache-dtype", "fp8", "--json", fp8_json)
+        fp8_rows = [json.loads(line) for line in open(fp8_json)][1:]
+        check(fp8_rows and all(x["kv_cache_dtype"] == "fp8" and x["tokens_per_s"] > 0 for x in fp8_rows) and
+              fp8_rows[0]["kv_bytes_per_token"] < rows[1]["kv_bytes_per_token"] * 0.6,
+              f"bench --kv-cache-dtype fp8 --zero-context: {[(x['kind'], x['kv_bytes_per_token']) for x in fp8_rows]}")
 
         # The busy row: another process spins on a core during one decode run, and is gone after.
         busy_json = os.path.join(tmp, "bench-busy.jsonl")

@@ -86,7 +86,7 @@ def test_load_message(stderr):
     with open(os.path.join(TINY, "config.json")) as f:
         c = json.load(f)
     per_token = c["num_hidden_layers"] * c["num_key_value_heads"] * c["head_dim"] * 2 * 2  # K and V, FP16
-    m = re.search(r"KV reserved (\S+ \S+) \((\S+ \S+) per token\)", stderr)
+    m = re.search(r"KV reserved (\S+ \S+) \((\S+ \S+) per token, fp16\)", stderr)
     check(m is not None, f"no KV line in the load message: {stderr}")
     check(m.group(2) == expected_size(per_token), f"KV per token shown as {m.group(2)}, expected {expected_size(per_token)}")
     value, unit = m.group(1).split()

@@ -22,8 +22,10 @@ namespace {
 namespace fs = std::filesystem;
 const std::vector<int32_t> kEos = {151645, 151643};
 
-std::unique_ptr<Engine> make_engine(const std::string& model, int64_t slots, EngineOptions options) {
+std::unique_ptr<Engine> make_engine(const std::string& model, int64_t slots, EngineOptions options,
+                                    KvDtype kv = KvDtype::f16) {
   ServingLimits limits;
+  limits.kv_dtype = kv;
   limits.sequence_length = 1024;
   limits.batch_size = slots;
   limits.threads = 1;
@@ -36,6 +38,7 @@ std::vector<int32_t> encode(const std::string& text) { return test_tokenizer()->
 struct Case {
   std::string model;
   std::string tier;  // where restores come from: "ram" or "disk"
+  KvDtype kv = KvDtype::f16;
 };
 
 class SessionModel : public ::testing::TestWithParam<Case> {};
@@ -64,10 +67,10 @@ TEST_P(SessionModel, RestoredOutputEqualsOutputFromScratch) {
       options.session_memory_bytes = 0;  // every session that leaves its slot goes to disk
       options.session_dir = dir;
     }
-    auto engine = make_engine(c.model, 1, options);  // one slot: conversations take turns in it
+    auto engine = make_engine(c.model, 1, options, c.kv);  // one slot: conversations take turns in it
     EngineOptions cold_options;
     cold_options.session_cache = false;
-    auto cold = make_engine(c.model, 1, cold_options);
+    auto cold = make_engine(c.model, 1, cold_options, c.kv);
 
     std::string system = "<|im_start|>system\nYou are a careful assistant. Answer in short sentences and "
                          "cite the tool output you used.";
@@ -116,10 +119,10 @@ TEST_P(SessionModel, ASharedPrefixCopiedFromAnotherSlotGivesTheSameOutput) {
   for (Isa isa : test::tiers_under_test()) {
     SCOPED_TRACE(std::string("tier ") + isa_name(isa));
     set_active_isa(isa);
-    auto engine = make_engine(c.model, 3, {});
+    auto engine = make_engine(c.model, 3, {}, c.kv);
     EngineOptions cold_options;
     cold_options.session_cache = false;
-    auto cold = make_engine(c.model, 1, cold_options);
+    auto cold = make_engine(c.model, 1, cold_options, c.kv);
     std::string system = "<|im_start|>system\nShared instructions for every agent.";
     for (int i = 0; i < 8; ++i) system += " Rule " + std::to_string(i) + ": be exact.";
     for (int conv = 0; conv < 3; ++conv) {
@@ -140,14 +143,52 @@ TEST_P(SessionModel, ASharedPrefixCopiedFromAnotherSlotGivesTheSameOutput) {
   set_active_isa(best_isa());
 }
 
+// A session saved with one KV dtype is never resumed by a server with another: the file is
+// skipped with a log line naming both, and the prompt is computed.
+TEST(SessionModelKvDtype, FilesOfAnotherKvDtypeAreSkipped) {
+  const std::string dir = fs::temp_directory_path().string() + "/ellm-session-dtype-" + std::to_string(getpid());
+  for (auto [saved, serving] : {std::pair{KvDtype::f16, KvDtype::fp8}, std::pair{KvDtype::fp8, KvDtype::f16}}) {
+    fs::remove_all(dir);
+    EngineOptions options;
+    options.session_memory_bytes = 0;
+    options.session_dir = dir;
+    std::string text = "<|im_start|>user\nA question long enough to be worth a session file:";
+    for (int i = 0; i < 12; ++i) text += " part " + std::to_string(i) + " of the question.";
+    const auto prompt = encode(text + "<|im_end|>\n<|im_start|>assistant\n");
+    {
+      auto engine = make_engine("tiny-qwen3", 1, options, saved);
+      collect(engine->submit(greedy(prompt, 4)));
+      collect(engine->submit(greedy(encode("Another user's question takes the only slot, so the first "
+                                           "session goes to disk."), 4)));
+      engine->shutdown(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    }
+    ASSERT_FALSE(fs::is_empty(dir));
+    auto engine = make_engine("tiny-qwen3", 1, options, serving);
+    EXPECT_EQ(engine->metrics().sessions.disk.sessions, 0) << kv_dtype_name(saved) << " file, " << kv_dtype_name(serving) << " server";
+    EngineOptions cold_options;
+    cold_options.session_cache = false;
+    auto cold = make_engine("tiny-qwen3", 1, cold_options, serving);
+    auto request = greedy(prompt, 4);
+    Outcome out = collect(engine->submit(request));
+    EXPECT_EQ(out.end.cached_tokens, 0);
+    request.use_session_cache = false;
+    EXPECT_EQ(out.ids, collect(cold->submit(request)).ids);
+  }
+  fs::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyModels, SessionModel,
                          ::testing::Values(Case{"tiny-qwen3", "ram"}, Case{"tiny-qwen3", "disk"},
                                            Case{"tiny-qwen3-moe", "ram"}, Case{"tiny-qwen3-moe", "disk"},
                                            Case{"tiny-qwen35", "ram"}, Case{"tiny-qwen35", "disk"},
                                            Case{"tiny-qwen35-moe", "ram"}, Case{"tiny-qwen35-moe", "disk"},
-                                           Case{"tiny-qwen4exp", "ram"}, Case{"tiny-qwen4exp", "disk"}),
+                                           Case{"tiny-qwen4exp", "ram"}, Case{"tiny-qwen4exp", "disk"},
+                                           Case{"tiny-qwen3", "ram", KvDtype::fp8},
+                                           Case{"tiny-qwen3", "disk", KvDtype::fp8},
+                                           Case{"tiny-qwen35", "disk", KvDtype::fp8}),
                          [](const auto& info) {
-                           std::string name = info.param.model + "_" + info.param.tier;
+                           std::string name = info.param.model + "_" + info.param.tier +
+                                              (info.param.kv == KvDtype::f16 ? "" : std::string("_") + kv_dtype_name(info.param.kv));
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });

@@ -440,6 +440,10 @@ TEST(SessionFile, RoundTripAndPrefixRestore) {
   other.state_bytes = 50;
   EXPECT_FALSE(read_session_info(path, other, why));
   EXPECT_NE(why.find("another KV format"), std::string::npos) << why;
+  other = id;  // written by an FP16 cache, read by an FP8 one: both dtypes named
+  other.kv_dtype = uint64_t(KvDtype::fp8);
+  EXPECT_FALSE(read_session_info(path, other, why));
+  EXPECT_NE(why.find("KV cache dtype fp16 in the file, fp8 here"), std::string::npos) << why;
 
   // A flipped byte in the first state: its restore is refused; the last one still reads.
   {
@@ -451,8 +455,9 @@ TEST(SessionFile, RoundTripAndPrefixRestore) {
   EXPECT_NE(why.find("corrupt state"), std::string::npos) << why;
   EXPECT_TRUE(read_session_state(path, id, n, state.data(), why)) << why;
 
-  // Files of the previous formats (versions 1 and 2) are skipped, saying so.
-  for (const uint32_t version : {1u, 2u}) {
+  // Files of the previous formats (versions 1 to 3; 3 did not record the KV dtype) are skipped,
+  // saying so.
+  for (const uint32_t version : {1u, 2u, 3u}) {
     {
       std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
       f.seekp(8);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "base/threads.h"
+#include "kernels/kv_rows.h"
 #include "test_util.h"
 
 namespace ellm {
@@ -14,26 +15,45 @@ struct SeqSpec {
   int64_t n_q, q_start;
 };
 
+constexpr KvDtype kKvDtypes[] = {KvDtype::f16, KvDtype::bf16, KvDtype::fp8, KvDtype::int8};
+
 struct Problem {
   AttentionShape shape;
   int64_t max_positions;
   std::vector<SeqSpec> specs;
   std::vector<std::vector<float>> q, out;  // per sequence
-  std::vector<std::vector<f16>> k, v;      // per sequence: the FP16 cache
+  std::vector<std::vector<uint8_t>> k, v;  // per sequence: the cache, rows of shape.kv_dtype
   std::vector<AttentionSeq> seqs;
 
-  Problem(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, std::vector<SeqSpec> s)
+  Problem(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, std::vector<SeqSpec> s,
+          KvDtype dtype = KvDtype::f16)
       : specs(std::move(s)) {
     max_positions = 0;
     for (auto& sp : specs) max_positions = std::max(max_positions, sp.n_q + sp.q_start);
     int64_t width = n_heads * head_dim;
-    shape = {n_heads, n_kv_heads, head_dim, width + 3, width + 1, n_kv_heads * head_dim + 5,
-             1.0f / std::sqrt(float(head_dim))};
+    // Rows padded past the heads (FP8, int8: by whole floats, so the factors stay aligned).
+    const int64_t stride = kv_row_elements(dtype, n_kv_heads, head_dim) + (kv_has_factors(dtype) ? 8 : 5);
+    shape = {n_heads, n_kv_heads, head_dim, width + 3, width + 1, stride,
+             1.0f / std::sqrt(float(head_dim)), dtype};
+    const size_t row_bytes = size_t(stride) * kv_element_bytes(dtype);
     uint32_t seed = 100;
     for (auto& sp : specs) {
       q.push_back(random_floats(std::max<int64_t>(sp.n_q, 1) * shape.ldq, seed++, -2, 2));
-      k.push_back(random_f16(max_positions * shape.kv_row_stride, seed++, -2, 2));
-      v.push_back(random_f16(max_positions * shape.kv_row_stride, seed++));
+      // Heads of each position at a few magnitudes, so FP8 factors differ by position and head.
+      const int64_t kv_width = n_kv_heads * head_dim;
+      std::vector<float> kf = random_floats(max_positions * kv_width, seed++, -2, 2);
+      std::vector<float> vf = random_floats(max_positions * kv_width, seed++);
+      for (int64_t i = 0; i < max_positions * kv_width; ++i) {
+        const int64_t p = i / kv_width, h = i % kv_width / head_dim;
+        kf[i] *= 0.5f + 0.25f * float((p * 3 + h) % 4);
+        vf[i] *= 0.5f + 0.25f * float((p + h) % 3);
+      }
+      k.emplace_back(max_positions * row_bytes, uint8_t(0x5a));
+      v.emplace_back(max_positions * row_bytes, uint8_t(0x5a));
+      for (int64_t p = 0; p < max_positions; ++p) {
+        write_kv_row(kf.data() + p * kv_width, n_kv_heads, head_dim, dtype, k.back().data() + p * row_bytes);
+        write_kv_row(vf.data() + p * kv_width, n_kv_heads, head_dim, dtype, v.back().data() + p * row_bytes);
+      }
       out.emplace_back(std::max<int64_t>(sp.n_q, 1) * shape.ldo, -7.0f);
     }
     for (size_t i = 0; i < specs.size(); ++i)
@@ -41,7 +61,14 @@ struct Problem {
                       v[i].data()});
   }
 
-  // out for query i, head h of sequence s, computed the obvious way in double.
+  // Element d of KV head h at position p of sequence s's K (or V) cache, as the cache holds it.
+  double kv_at(const std::vector<uint8_t>& cache, int64_t p, int64_t h, int64_t d) const {
+    const uint8_t* row = cache.data() + size_t(p * shape.kv_row_stride) * kv_element_bytes(shape.kv_dtype);
+    return kv_element(row, shape.kv_dtype, shape.n_kv_heads, shape.head_dim, h, d);
+  }
+
+  // out for query i, head h of sequence s, computed the obvious way in double from the cache's
+  // values (FP8: codes times factors).
   std::vector<double> naive(size_t s, int64_t i, int64_t h) const {
     int64_t hd = shape.head_dim, kvh = h / (shape.n_heads / shape.n_kv_heads);
     int64_t pos = specs[s].q_start + i;
@@ -49,17 +76,15 @@ struct Problem {
     std::vector<double> scores(pos + 1), o(hd, 0);
     double max = -1e300, sum = 0;
     for (int64_t p = 0; p <= pos; ++p) {
-      const f16* kp = k[s].data() + p * shape.kv_row_stride + kvh * hd;
       double dot = 0;
-      for (int64_t d = 0; d < hd; ++d) dot += double(qi[d]) * f16_to_f32(kp[d]);
+      for (int64_t d = 0; d < hd; ++d) dot += double(qi[d]) * kv_at(k[s], p, kvh, d);
       scores[p] = dot * shape.scale;
       max = std::max(max, scores[p]);
     }
     for (int64_t p = 0; p <= pos; ++p) {
       double w = std::exp(scores[p] - max);
       sum += w;
-      const f16* vp = v[s].data() + p * shape.kv_row_stride + kvh * hd;
-      for (int64_t d = 0; d < hd; ++d) o[d] += w * f16_to_f32(vp[d]);
+      for (int64_t d = 0; d < hd; ++d) o[d] += w * kv_at(v[s], p, kvh, d);
     }
     for (auto& x : o) x /= sum;
     return o;
@@ -103,8 +128,8 @@ struct Problem {
   }
 };
 
-std::string label(Isa isa, int members) {
-  return std::string(isa_name(isa)) + " members=" + std::to_string(members);
+std::string label(Isa isa, int members, KvDtype dtype = KvDtype::f16) {
+  return std::string(isa_name(isa)) + " members=" + std::to_string(members) + " kv=" + kv_dtype_name(dtype);
 }
 
 TEST(Attention, PrefillWithGqaAndSeveralSequences) {
@@ -112,12 +137,14 @@ TEST(Attention, PrefillWithGqaAndSeveralSequences) {
   // Head dims 24 and 80 leave partial vectors and a partial K transpose tile.
   for (auto [heads, kv, hd] : {std::tuple{4, 2, 16}, std::tuple{6, 2, 8}, std::tuple{8, 1, 32},
                                std::tuple{4, 2, 24}, std::tuple{6, 3, 80}}) {
-    Problem p(heads, kv, hd, {{37, 0}, {20, 45}, {1, 70}, {0, 5}});
-    for (Isa isa : supported_isas()) {
-      IsaScope scope(isa);
-      for (int members : {1, 2, 5}) {
-        p.run(members, nullptr);
-        p.expect_matches_naive(label(isa, members) + " heads=" + std::to_string(heads));
+    for (KvDtype dtype : kKvDtypes) {
+      Problem p(heads, kv, hd, {{37, 0}, {20, 45}, {1, 70}, {0, 5}}, dtype);
+      for (Isa isa : supported_isas()) {
+        IsaScope scope(isa);
+        for (int members : {1, 2, 5}) {
+          p.run(members, nullptr);
+          p.expect_matches_naive(label(isa, members, dtype) + " heads=" + std::to_string(heads));
+        }
       }
     }
   }
@@ -141,18 +168,23 @@ TEST(Attention, DecodeOverAllHeadsInMemoryOrder) {
   // head), two queries at once, contexts that end mid-block of 16, and one KV head.
   for (auto [heads, kv, hd] : {std::tuple{8, 8, 128}, std::tuple{16, 8, 128}, std::tuple{16, 4, 128},
                                std::tuple{16, 2, 64}, std::tuple{8, 4, 80}, std::tuple{4, 1, 64}}) {
-    Problem p(heads, kv, hd, {{1, 1000}, {2, 37}, {1, 0}, {1, 16}});
-    // One sequence too short to split along positions: its KV heads are split across members.
-    Problem alone(heads, kv, hd, {{1, 40}});
-    for (Isa isa : supported_isas()) {
-      IsaScope scope(isa);
-      for (int members : {1, 2, 3}) {
-        std::string what = label(isa, members) + " heads=" + std::to_string(heads) +
-                           " kv=" + std::to_string(kv) + " hd=" + std::to_string(hd);
-        p.run(members, nullptr);
-        p.expect_matches_naive(what);
-        alone.run(members, nullptr);
-        alone.expect_matches_naive(what + " one short sequence");
+    for (KvDtype dtype : kKvDtypes) {
+      // The other dtypes on one shape per register path (and the head-by-head one): CI time.
+      if (dtype != KvDtype::f16 && heads == 8 && kv != 4) continue;
+      if (dtype != KvDtype::f16 && heads == 16 && kv == 4) continue;
+      Problem p(heads, kv, hd, {{1, 1000}, {2, 37}, {1, 0}, {1, 16}}, dtype);
+      // One sequence too short to split along positions: its KV heads are split across members.
+      Problem alone(heads, kv, hd, {{1, 40}}, dtype);
+      for (Isa isa : supported_isas()) {
+        IsaScope scope(isa);
+        for (int members : {1, 2, 3}) {
+          std::string what = label(isa, members, dtype) + " heads=" + std::to_string(heads) +
+                             " kv heads=" + std::to_string(kv) + " hd=" + std::to_string(hd);
+          p.run(members, nullptr);
+          p.expect_matches_naive(what);
+          alone.run(members, nullptr);
+          alone.expect_matches_naive(what + " one short sequence");
+        }
       }
     }
   }
@@ -179,8 +211,10 @@ TEST(Attention, RealThreadTeam) {
 TEST(Attention, QueryResultDoesNotDependOnThePass) {
   const int64_t n = 95;
   const std::vector<int64_t> feeds = {48, 1, 1, 1, 20, 1, 13, 1, 9};  // sums to 95
-  for (auto [heads, kv, hd] : {std::tuple{4, 2, 32}, std::tuple{6, 2, 24}}) {
-    Problem p(heads, kv, hd, {{n, 0}});
+  for (auto [heads, kv, hd, dtype] : {std::tuple{4, 2, 32, KvDtype::f16}, std::tuple{6, 2, 24, KvDtype::f16},
+                                      std::tuple{4, 2, 32, KvDtype::fp8}, std::tuple{6, 2, 24, KvDtype::fp8},
+                                      std::tuple{4, 2, 32, KvDtype::bf16}, std::tuple{6, 2, 24, KvDtype::int8}}) {
+    Problem p(heads, kv, hd, {{n, 0}}, dtype);
     for (Isa isa : supported_isas()) {
       IsaScope scope(isa);
       for (int members : {1, 2}) {
@@ -199,7 +233,7 @@ TEST(Attention, QueryResultDoesNotDependOnThePass) {
         for (int64_t i = 0; i < n; ++i)
           for (int64_t c = 0; c < heads * hd; ++c)
             ASSERT_EQ(fed[i * p.shape.ldo + c], p.out[0][i * p.shape.ldo + c])
-                << label(isa, members) << " hd=" << hd << " query " << i << " element " << c;
+                << label(isa, members, dtype) << " hd=" << hd << " query " << i << " element " << c;
       }
     }
   }
@@ -211,7 +245,8 @@ TEST(Attention, QueryResultDoesNotDependOnThePass) {
 TEST(Attention, LongContextRowDoesNotDependOnSplitOrBatch) {
   const int64_t n = 2600, heads = 4, kv = 2, hd = 32;
   const std::vector<int64_t> rows = {n - 1, n - 2, 1500, 1023, 1024, 2047};
-  Problem p(heads, kv, hd, {{n, 0}});
+  for (KvDtype dtype : {KvDtype::f16, KvDtype::fp8}) {  // int8: DecodeRowOverAllHeadsDoesNotDependOnBatch
+  Problem p(heads, kv, hd, {{n, 0}}, dtype);
   for (Isa isa : supported_isas()) {
     IsaScope scope(isa);
     p.run(2, nullptr);  // the prefill: every row at once, tiles of queries
@@ -235,11 +270,43 @@ TEST(Attention, LongContextRowDoesNotDependOnSplitOrBatch) {
             attention(seqs.data(), int64_t(seqs.size()), p.shape, scratch.data(), member, members);
           for (int64_t c = 0; c < heads * hd; ++c)
             ASSERT_EQ(out[c], p.out[0][i * p.shape.ldo + c])
-                << isa_name(isa) << " query " << i << " element " << c << " members " << members << " beside " << busy;
+                << label(isa, members, dtype) << " query " << i << " element " << c << " beside " << busy;
         }
       }
     }
   }
+  }
+}
+
+// The decode kernels (head dims 64 and 128, all KV heads at once) give a row the same bits alone,
+// beside other sequences, and split across members, for every KV dtype.
+TEST(Attention, DecodeRowOverAllHeadsDoesNotDependOnBatch) {
+  const int64_t n = 2100;
+  for (auto [heads, kv, hd] : {std::tuple{16, 8, 128}, std::tuple{8, 2, 64}})
+    for (KvDtype dtype : kKvDtypes) {
+      Problem p(heads, kv, hd, {{1, n - 1}}, dtype);
+      for (Isa isa : supported_isas()) {
+        IsaScope scope(isa);
+        std::vector<float> first;
+        for (int64_t busy : {0, 5})
+          for (int members : {1, 2, 3}) {
+            std::vector<float> out(p.shape.ldo, -7.0f);
+            std::vector<AttentionSeq> seqs = {{p.q[0].data(), out.data(), 1, n - 1, p.k[0].data(), p.v[0].data()}};
+            std::vector<std::vector<float>> others(size_t(busy), std::vector<float>(p.shape.ldo));
+            for (auto& o : others) seqs.push_back({p.q[0].data(), o.data(), 1, 300, p.k[0].data(), p.v[0].data()});
+            std::vector<float> scratch(attention_scratch_floats(p.shape, int64_t(seqs.size()), int64_t(seqs.size()), members), 0.0f);
+            for (int member = 0; member < members; ++member)
+              attention(seqs.data(), int64_t(seqs.size()), p.shape, scratch.data(), member, members);
+            if (first.empty()) {
+              first = out;
+              for (int64_t h = 0; h < heads; h += 5)
+                ASSERT_NEAR(out[h * hd], p.naive(0, 0, h)[0], 1e-4) << label(isa, members, dtype);
+            }
+            for (int64_t c = 0; c < heads * hd; ++c)
+              ASSERT_EQ(out[c], first[c]) << label(isa, members, dtype) << " hd=" << hd << " element " << c << " beside " << busy;
+          }
+      }
+    }
 }
 
 TEST(Attention, ScaleOfLargeScoresStaysFinite) {

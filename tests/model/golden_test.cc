@@ -13,6 +13,7 @@
 #include "base/cpu.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "golden_kv_dtype.h"
 #include "golden_util.h"
 #include "model_test_util.h"
 #include "tiers_under_test.h"
@@ -24,6 +25,7 @@ using test::Golden;
 using test::Score;
 using test::score;
 
+using test::run_feeds;
 using test::shared_model;
 
 // Room for the longest golden session (the hybrid ones feed 245 positions). INT4 products on
@@ -41,23 +43,6 @@ ServingLimits small_limits(int64_t chunk, int64_t batch = 1,
 
 bool is_int4(const std::string& name) {
   return name.find("gptq") != std::string::npos || name.find("awq") != std::string::npos;
-}
-
-// Feeds the chunks in order into one slot; returns [positions][vocab] logits.
-std::vector<float> run_feeds(Model& model, const std::vector<std::vector<int32_t>>& feeds,
-                             int slot = 0) {
-  const int64_t V = model.vocab_size();
-  std::vector<float> logits;
-  std::vector<BatchToken> batch;
-  int32_t position = 0;
-  for (const auto& chunk : feeds) {
-    batch.clear();
-    for (int32_t id : chunk) batch.push_back({id, slot, position++, true});
-    size_t at = logits.size();
-    logits.resize(at + chunk.size() * size_t(V));
-    model.forward(batch, logits.data() + at);
-  }
-  return logits;
 }
 
 // Two runs of the same tokens fed differently (at once, in chunks, in parts) must agree. A
@@ -97,19 +82,22 @@ class GoldenSession : public testing::TestWithParam<std::string> {
   Isa isa_ = Isa::scalar;
 };
 
-// The strict rule, on the BF16 path (for the 4-bit models: their products' inputs in BF16).
+// The strict rule, on the BF16 path (for the 4-bit models: their products' inputs in BF16); then
+// the same session with a BF16 and an FP8 KV cache (golden_kv_dtype.h).
 TEST_P(GoldenSession, PassesTheReferenceRuleOnEveryIsa) {
   const std::string name = GetParam();
   Golden golden(name);
   for (Isa isa : test::tiers_under_test()) {
     set_active_isa(isa);  // before loading: weights are packed for it
     auto model = Model::load(shared_model(name), small_limits(160, 1, ActivationDtype::bf16));
-    Score s = score(golden, run_feeds(*model, golden.feeds));
+    const std::vector<float> logits = run_feeds(*model, golden.feeds);
+    Score s = score(golden, logits);
     std::printf("[golden %s %s] err p50 %.4f p90 %.4f max %.4f, %.1f%% within atol\n",
                 name.c_str(), isa_name(isa), s.percentile(0.5), s.percentile(0.9),
                 s.percentile(1.0), 100 * s.fraction_within);
     EXPECT_GE(s.fraction_within, 0.9) << isa_name(isa);
     EXPECT_EQ(s.argmax_mismatches, 0) << isa_name(isa);
+    test::expect_kv_dtypes_pass(golden, name, isa, logits, s, small_limits(160, 1, ActivationDtype::bf16));
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/model.h"
 #include "model_test_util.h"
 
 namespace ellm::test {
@@ -72,6 +73,23 @@ inline Score score(const Golden& g, const std::vector<float>& logits) {
   s.fraction_within = double(within) / double(g.positions);
   s.fraction_within_3atol = double(within_3) / double(g.positions);
   return s;
+}
+
+// Feeds the chunks in order into one slot; returns [positions][vocab] logits.
+inline std::vector<float> run_feeds(Model& model, const std::vector<std::vector<int32_t>>& feeds,
+                                    int slot = 0) {
+  const int64_t V = model.vocab_size();
+  std::vector<float> logits;
+  std::vector<BatchToken> batch;
+  int32_t position = 0;
+  for (const auto& chunk : feeds) {
+    batch.clear();
+    for (int32_t id : chunk) batch.push_back({id, slot, position++, true});
+    size_t at = logits.size();
+    logits.resize(at + chunk.size() * size_t(V));
+    model.forward(batch, logits.data() + at);
+  }
+  return logits;
 }
 
 }  // namespace ellm::test

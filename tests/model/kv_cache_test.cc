@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "base/memory.h"
+#include "kernels/kv_rows.h"
 #include "tools/make_model.h"
 #include "model/model.h"
 #include "model_test_util.h"
@@ -13,6 +14,10 @@ namespace {
 
 constexpr int64_t kMillion = 1 << 20;
 constexpr size_t kHuge = VirtualRegion::kHugePage;  // a slot's range commits in these at most
+
+// An FP16 cache's K and V of a layer and slot as elements.
+f16* k16(const KvCache& kv, int64_t layer, int64_t slot) { return reinterpret_cast<f16*>(kv.k(layer, slot)); }
+f16* v16(const KvCache& kv, int64_t layer, int64_t slot) { return reinterpret_cast<f16*>(kv.v(layer, slot)); }
 
 // What the FP16 cache holds for x.
 float stored(float x) { return f16_to_f32(f32_to_f16(x)); }
@@ -24,8 +29,8 @@ void write_positions(KvCache& kv, int64_t layers, int64_t slot, int64_t heads, i
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t p = begin; p < end; ++p)
         for (int64_t d = 0; d < head_dim; ++d) {
-          kv.k(l, slot)[p * kv.row_stride() + h * head_dim + d] = f32_to_f16(value + float(p));
-          kv.v(l, slot)[p * kv.row_stride() + h * head_dim + d] = f32_to_f16(-value - float(p));
+          k16(kv, l, slot)[p * kv.row_stride() + h * head_dim + d] = f32_to_f16(value + float(p));
+          v16(kv, l, slot)[p * kv.row_stride() + h * head_dim + d] = f32_to_f16(-value - float(p));
         }
   kv.note_written(slot, end);
 }
@@ -48,14 +53,14 @@ TEST(KvCache, MillionTokenReservationForQwen3_0_6BCommitsOnlyWhatIsWritten) {
   // The far end of the sequence works too, and costs only its own pages.
   const size_t rss_near = process_resident_bytes();
   write_positions(kv, 1, 0, 1, 128, kMillion - 8, kMillion, 5.0f);
-  EXPECT_EQ(f16_to_f32(kv.k(0, 0)[(kMillion - 1) * kv.row_stride()]), stored(5.0f + float(kMillion - 1)));
+  EXPECT_EQ(f16_to_f32(k16(kv, 0, 0)[(kMillion - 1) * kv.row_stride()]), stored(5.0f + float(kMillion - 1)));
   EXPECT_LE(process_resident_bytes(), rss_near + 2 * kHuge + (16 << 20));
 
   const size_t rss_full = process_resident_bytes();
   kv.release(0, 0);
   EXPECT_EQ(kv.resident_bytes(), 0u);
   EXPECT_LT(process_resident_bytes(), rss_full - written / 2);
-  EXPECT_EQ(kv.k(3, 0)[5 * kv.row_stride()], 0);  // released pages read as zero
+  EXPECT_EQ(k16(kv, 3, 0)[5 * kv.row_stride()], 0);  // released pages read as zero
 }
 
 TEST(KvCache, LayoutIsSlotPositionHeadContiguousAndReleaseKeepsThePrefix) {
@@ -64,23 +69,23 @@ TEST(KvCache, LayoutIsSlotPositionHeadContiguousAndReleaseKeepsThePrefix) {
   EXPECT_EQ(kv.row_stride(), heads * hd);
   // A slot's range is whole huge pages: 4096 positions x 256 B = 1 MiB, rounded up to 2 MiB.
   const int64_t slot_elements = int64_t(kHuge / sizeof(f16));
-  EXPECT_EQ(kv.k(0, 1), kv.k(0, 0) + slot_elements);
-  EXPECT_EQ(kv.v(0, 0), kv.k(0, 0) + slots * slot_elements);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(kv.k(1, 0)) % kHuge, 0u);
+  EXPECT_EQ(k16(kv, 0, 1), k16(kv, 0, 0) + slot_elements);
+  EXPECT_EQ(v16(kv, 0, 0), k16(kv, 0, 0) + slots * slot_elements);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(k16(kv, 1, 0)) % kHuge, 0u);
   write_positions(kv, layers, 1, heads, hd, 0, 300, 10.0f);
-  EXPECT_EQ(kv.k(1, 0)[0], 0);  // other slots untouched
-  EXPECT_EQ(kv.k(1, 2)[0], 0);
+  EXPECT_EQ(k16(kv, 1, 0)[0], 0);  // other slots untouched
+  EXPECT_EQ(k16(kv, 1, 2)[0], 0);
 
   kv.release(1, 100);  // keep positions [0, 100)
   for (int64_t p = 0; p < 100; ++p) {
-    EXPECT_EQ(f16_to_f32(kv.k(1, 1)[p * kv.row_stride() + hd + 3]), stored(10.0f + float(p)));
-    EXPECT_EQ(f16_to_f32(kv.v(0, 1)[p * kv.row_stride()]), stored(-10.0f - float(p)));
+    EXPECT_EQ(f16_to_f32(k16(kv, 1, 1)[p * kv.row_stride() + hd + 3]), stored(10.0f + float(p)));
+    EXPECT_EQ(f16_to_f32(v16(kv, 0, 1)[p * kv.row_stride()]), stored(-10.0f - float(p)));
   }
   // Whole pages past the cut are gone: 128 FP16 = 256 B per position, 16 positions a page, so
   // the page of positions [96, 112) stays.
-  EXPECT_NE(kv.k(0, 1)[108 * kv.row_stride()], 0);
-  EXPECT_EQ(kv.k(0, 1)[112 * kv.row_stride()], 0);
-  EXPECT_EQ(kv.v(1, 1)[299 * kv.row_stride() + hd], 0);
+  EXPECT_NE(k16(kv, 0, 1)[108 * kv.row_stride()], 0);
+  EXPECT_EQ(k16(kv, 0, 1)[112 * kv.row_stride()], 0);
+  EXPECT_EQ(v16(kv, 1, 1)[299 * kv.row_stride() + hd], 0);
   EXPECT_LE(kv.resident_bytes(), size_t(layers * 2) * kHuge);
 }
 
@@ -97,12 +102,33 @@ TEST(KvCache, CommitMakesPositionsResidentAndIsIdempotent) {
   const size_t resident = kv.resident_bytes();
   kv.commit(1, 5, team);  // already committed: nothing changes
   EXPECT_EQ(kv.resident_bytes(), resident);
-  EXPECT_EQ(kv.k(2, 1)[9 * kv.row_stride()], 0);  // committed pages read as zero
+  EXPECT_EQ(k16(kv, 2, 1)[9 * kv.row_stride()], 0);  // committed pages read as zero
   kv.release(1, 0);
   EXPECT_EQ(kv.resident_bytes(), 0u);
   kv.commit(1, 10, team);  // a released range commits again
   kv.note_written(1, 10);
   EXPECT_GE(kv.resident_bytes(), asked);
+}
+
+TEST(KvCache, Fp8RowsHoldCodesThenFactorsAndHalveTheBytes) {
+  // Qwen3-0.6B's shape: 8 KV heads x 128 codes, then 8 FP32 factors = 1056 bytes per row, against
+  // 2048 in FP16 and BF16.
+  KvCache fp8(28, 2, 8, kMillion, 128, 0, KvDtype::fp8), bf16(28, 2, 8, 4096, 128, 0, KvDtype::bf16);
+  EXPECT_EQ(fp8.row_bytes(), 8u * 128 + 8 * 4);
+  EXPECT_EQ(fp8.row_stride(), 8 * 128 + 8 * 4);
+  EXPECT_EQ(fp8.bytes_per_token(), size_t(28) * 2 * 1056);
+  EXPECT_EQ(bf16.bytes_per_token(), size_t(28) * 2 * 8 * 128 * 2);
+  EXPECT_EQ(fp8.k_row(3, 1, 10), fp8.k(3, 1) + 10 * 1056);
+  // A position written in every layer is one contiguous run of row_bytes in each range.
+  std::vector<float> row(8 * 128);
+  for (size_t i = 0; i < row.size(); ++i) row[i] = float(i % 128) - 60.0f;
+  write_kv_row(row.data(), 8, 128, KvDtype::fp8, fp8.k_row(0, 1, 7));
+  std::vector<std::span<uint8_t>> ranges;
+  fp8.ranges(1, 7, 8, ranges);
+  ASSERT_EQ(ranges.size(), 28u * 2);
+  EXPECT_EQ(ranges[0].data(), fp8.k_row(0, 1, 7));
+  EXPECT_EQ(ranges[0].size(), 1056u);
+  EXPECT_FLOAT_EQ(kv_row_factors(ranges[0].data(), 8, 128)[5], 67.0f / 448);
 }
 
 TEST(KvCache, ModelWithMillionTokenSequenceStartsAndGrowsWithPositions) {
@@ -118,6 +144,12 @@ TEST(KvCache, ModelWithMillionTokenSequenceStartsAndGrowsWithPositions) {
   limits.threads = 2;
   auto model = Model::load(dir.path, limits);
   EXPECT_EQ(model->kv_bytes_per_token(), size_t(2) * 2 * 8 * 128 * 2);
+  {
+    ServingLimits fp8 = limits;
+    fp8.sequence_length = 64;
+    fp8.kv_dtype = KvDtype::fp8;
+    EXPECT_EQ(Model::load(dir.path, fp8)->kv_bytes_per_token(), size_t(2) * 2 * (8 * 128 + 8 * 4));
+  }
   EXPECT_LT(process_resident_bytes(), size_t(1) << 30);
   EXPECT_EQ(model->kv_resident_bytes(), 0u);
 

@@ -284,6 +284,8 @@ TEST(Metrics, PrometheusTextHasCountersAndCumulativeHistograms) {
   m.cached_tokens_total = 40;
   m.recomputed_tokens_total = 12;
   m.kv_resident_bytes = 4096;
+  m.kv_bytes_per_token = 59136;
+  m.kv_dtype = "int8";
   m.time_to_first_token = {{0.1, 1.0}, {1, 3, 4}, 2.5, 4};
   HttpCounters http;
   http.count("/v1/models", 200);
@@ -294,6 +296,7 @@ TEST(Metrics, PrometheusTextHasCountersAndCumulativeHistograms) {
   EXPECT_NE(text.find("ellm:session_cache_hit_tokens_total{model_name=\"tiny \\\"q\\\"\"} 40\n"), std::string::npos);
   EXPECT_NE(text.find("ellm:session_cache_recomputed_tokens_total{model_name=\"tiny \\\"q\\\"\"} 12\n"), std::string::npos);
   EXPECT_NE(text.find("ellm:kv_cache_resident_bytes{model_name=\"tiny \\\"q\\\"\"} 4096\n"), std::string::npos);
+  EXPECT_NE(text.find("ellm:kv_cache_bytes_per_token{model_name=\"tiny \\\"q\\\"\",dtype=\"int8\"} 59136\n"), std::string::npos);
   EXPECT_NE(text.find("ellm:time_to_first_token_seconds_bucket{model_name=\"tiny \\\"q\\\"\",le=\"0.1\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("le=\"+Inf\"} 4\n"), std::string::npos);
   EXPECT_NE(text.find("ellm:time_to_first_token_seconds_count{model_name=\"tiny \\\"q\\\"\"} 4\n"), std::string::npos);

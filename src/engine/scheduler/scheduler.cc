@@ -78,6 +78,8 @@ Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptio
   local_metrics_.inter_token_latency = histogram(latency);
   local_metrics_.e2e_latency = histogram(latency);
   local_metrics_.kv_budget_bytes = model.limits().kv_memory_bytes;
+  local_metrics_.kv_bytes_per_token = model.kv_bytes_per_token();
+  local_metrics_.kv_dtype = kv_dtype_name(model.limits().kv_dtype);
   metrics_ = local_metrics_;
   thread_ = std::thread([this] { loop(); });
 }

@@ -50,6 +50,7 @@ SlotSessions::SlotSessions(Model& model, const EngineOptions& options)
     const std::string format = model.kv_format();
     store.identity.format_hash = hash_bytes(format.data(), format.size());
     store.identity.state_bytes = state_bytes_;
+    store.identity.kv_dtype = uint64_t(model.limits().kv_dtype);
     store.snapshot_interval = options.state_snapshot_interval;
     store.memory_bytes = options.session_memory_bytes;
     store.dir = options.session_dir;

@@ -313,13 +313,16 @@ void clear_attention_cache(float* s) {
 }
 
 void attention_block(const float* q, int64_t ldq, int64_t group, int64_t rows, int64_t first_end,
-                     const f16* k, const f16* v, int64_t ldkv, int64_t p0, int64_t p1,
+                     const void* k_cache, const void* v_cache, const float* k_factors,
+                     const float* v_factors, int64_t ldkv, int64_t p0, int64_t p1,
                      int64_t head_dim, float scale, float* m, float* l, float* acc, float* s) {
   if (head_dim % 32 != 0 || head_dim > 256 || rows > kRows) {
-    avx512_kernels.attention_block(q, ldq, group, rows, first_end, k, v, ldkv, p0, p1, head_dim,
-                                   scale, m, l, acc, s);
+    avx512_kernels.attention_block(q, ldq, group, rows, first_end, k_cache, v_cache, k_factors,
+                                   v_factors, ldkv, p0, p1, head_dim, scale, m, l, acc, s);
     return clear_attention_cache(s);
   }
+  const auto* k = static_cast<const f16*>(k_cache);  // an FP16 cache (the table's only entry)
+  const auto* v = static_cast<const f16*>(v_cache);
   const Scratch w(s, head_dim);
   // Blocks are cached by their index, so only ranges that start on a block boundary use them.
   const bool cacheable = p0 % kPositions == 0;

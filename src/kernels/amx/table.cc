@@ -42,10 +42,17 @@ const KernelTable amx_kernels = {
     // per row.
     .attention_tile_rows = 256,
     .attention_block = amx::attention_block,
+    // BF16, FP8 and int8 caches: the AVX-512 blocks (their widening in FP32; no tiles yet).
+    .attention_block_bf16 = nullptr,
+    .attention_block_fp8 = nullptr,
+    .attention_block_int8 = nullptr,
     .attention_scratch_floats = scratch_floats,
     .forget_attention_scratch = amx::clear_attention_cache,
     .all_heads_supports = nullptr,
     .attention_block_all_heads = nullptr,
+    .attention_block_all_heads_bf16 = nullptr,
+    .attention_block_all_heads_fp8 = nullptr,
+    .attention_block_all_heads_int8 = nullptr,
 };
 
 }  // namespace ellm

@@ -26,7 +26,16 @@ PackWeightsFn pack_weights;
 MatmulFn matmul;
 MatmulFn matmul_fp8;
 MatmulFn matmul_int4;
-AttentionBlockFn attention_block;
-AllHeadsFn attention_block_all_heads;
+// AttentionBlockFn and AllHeadsFn for each KvDtype (attention.cc instantiates them).
+template <KvDtype D>
+void attention_block_of(const float* q, int64_t ldq, int64_t group, int64_t rows,
+                        int64_t first_end, const void* k, const void* v, const float* kf,
+                        const float* vf, int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim,
+                        float scale, float* m, float* l, float* acc, float* s);
+template <KvDtype D>
+void all_heads_of(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, int64_t rows,
+                  int64_t first_end, const void* k, const void* v, const float* kf,
+                  const float* vf, int64_t ldkv, int64_t p0, int64_t p1, int64_t head_dim,
+                  float scale, float* m, float* l, float* acc, float* s);
 
 }  // namespace ellm::scalar

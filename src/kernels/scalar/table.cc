@@ -27,11 +27,17 @@ const KernelTable scalar_kernels = {
     .matmul_fp8 = scalar::matmul_fp8,
     .matmul_int4 = scalar::matmul_int4,
     .attention_tile_rows = 32,
-    .attention_block = scalar::attention_block,
+    .attention_block = scalar::attention_block_of<KvDtype::f16>,
+    .attention_block_bf16 = scalar::attention_block_of<KvDtype::bf16>,
+    .attention_block_fp8 = scalar::attention_block_of<KvDtype::fp8>,
+    .attention_block_int8 = scalar::attention_block_of<KvDtype::int8>,
     .attention_scratch_floats = default_attention_scratch_floats,
     .forget_attention_scratch = nullptr,
     .all_heads_supports = qwen3_decode_shapes,
-    .attention_block_all_heads = scalar::attention_block_all_heads,
+    .attention_block_all_heads = scalar::all_heads_of<KvDtype::f16>,
+    .attention_block_all_heads_bf16 = scalar::all_heads_of<KvDtype::bf16>,
+    .attention_block_all_heads_fp8 = scalar::all_heads_of<KvDtype::fp8>,
+    .attention_block_all_heads_int8 = scalar::all_heads_of<KvDtype::int8>,
 };
 
 }  // namespace ellm

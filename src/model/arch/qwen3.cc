@@ -102,7 +102,7 @@ Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
 void Qwen3Model::plan(ActivationPlan& plan) {
   const ModelConfig& c = config_;
   const size_t T = size_t(max_tokens_);
-  plan_attention(plan, attention_, attention_spec_, memory_.kv().row_stride(), max_tokens_, team_.size());
+  plan_attention(plan, attention_, attention_spec_, memory_.kv(), max_tokens_, team_.size());
   plan_swiglu(plan, mlp_, T, size_t(std::max<int64_t>(c.intermediate_size, 0)));
   plan_moe(plan, moe_, moe_spec_, T);
 }
@@ -139,7 +139,7 @@ void Qwen3Model::for_each_matrix(const MatrixFn& fn) {
 
 // Bump the version whenever the KV rows' meaning changes (dtype, RoPE, row layout).
 std::string Qwen3Model::kv_format() const {
-  return "qwen3-kv v1 f16 layers=" + std::to_string(config_.num_hidden_layers) +
+  return "qwen3-kv v1 " + std::string(kv_format_tag(memory_.kv().dtype())) + " layers=" + std::to_string(config_.num_hidden_layers) +
          " kv_heads=" + std::to_string(config_.num_key_value_heads) +
          " head_dim=" + std::to_string(config_.head_dim) + " " + rope_format(config_);
 }

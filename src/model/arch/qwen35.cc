@@ -224,7 +224,7 @@ Qwen35Model::Qwen35Model(const std::string& model_dir, const ModelConfig& config
 void Qwen35Model::plan(ActivationPlan& plan) {
   const ModelConfig& c = config_;
   const size_t T = size_t(max_tokens_);
-  plan_attention(plan, attention_, attention_spec_, memory_.kv().row_stride(), max_tokens_, team_.size());
+  plan_attention(plan, attention_, attention_spec_, memory_.kv(), max_tokens_, team_.size());
   plan_gated_deltanet(plan, deltanet_, deltanet_spec_, T, team_.size());
   plan_swiglu(plan, mlp_, T, size_t(std::max<int64_t>(c.intermediate_size, 0)));
   plan_moe(plan, moe_, moe_spec_, T);
@@ -326,11 +326,11 @@ void Qwen35Model::encode_image(const float* pixel_values, int64_t grid_t, int64_
 // (state_ranges): per Gated DeltaNet layer the conv window, then S, FP32.
 std::string Qwen35Model::kv_format() const {
   const ModelConfig& c = config_;
-  return "qwen35-kv v1 f16 layers=" + std::to_string(c.num_hidden_layers) +
+  return "qwen35-kv v1 " + std::string(kv_format_tag(memory_.kv().dtype())) + " layers=" + std::to_string(c.num_hidden_layers) +
          " state=f32 conv[" + std::to_string(c.linear_conv_kernel_dim - 1) + "][" +
          std::to_string(c.conv_dim()) + "] S[" + std::to_string(c.linear_num_value_heads) + "][" +
          std::to_string(c.linear_key_head_dim) + "][" + std::to_string(c.linear_value_head_dim) + "]" +
-         " full=" + std::to_string(memory_.kv().bytes_per_token() / (2 * sizeof(f16) * size_t(c.kv_dim()))) +
+         " full=" + std::to_string(memory_.kv().bytes_per_token() / (2 * memory_.kv().row_bytes())) +
          " kv_heads=" + std::to_string(c.num_key_value_heads) +
          " head_dim=" + std::to_string(c.head_dim) +
          " rotary=" + std::to_string(c.rotary_dim()) +

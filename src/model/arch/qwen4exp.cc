@@ -226,7 +226,7 @@ void Qwen4ExpModel::plan(ActivationPlan& plan) {
   const ModelConfig& c = config_;
   const size_t T = size_t(max_tokens_);
   plan_hyper_connection(plan, hc_, hc_spec_, T);
-  plan_sparse_attention(plan, qsa_, qsa_spec_, memory_.kv().row_stride(), max_tokens_,
+  plan_sparse_attention(plan, qsa_, qsa_spec_, memory_.kv(), max_tokens_,
                         limits_.sequence_length, team_.size());
   plan_gated_deltanet(plan, deltanet_, deltanet_spec_, T, team_.size());
   plan_moe(plan, moe_, moe_spec_, T);
@@ -326,7 +326,7 @@ void Qwen4ExpModel::evict_mapped_table() {
 // the last tokens' rows (rmsnorm(gv), id).
 std::string Qwen4ExpModel::kv_format() const {
   const ModelConfig& c = config_;
-  return "qwen4exp-kv v1 f16 layers=" + std::to_string(c.num_hidden_layers) +
+  return "qwen4exp-kv v1 " + std::string(kv_format_tag(memory_.kv().dtype())) + " layers=" + std::to_string(c.num_hidden_layers) +
          " kv_heads=" + std::to_string(c.num_key_value_heads) + " head_dim=" + std::to_string(c.head_dim) +
          " rotary=" + std::to_string(c.rotary_dim()) + " " + rope_format(c) +
          " index=f32[2][" + std::to_string(extra_.indexer_head_dim) + "] state=f32 conv[" +

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernels/kv_rows.h"
+
 namespace ellm {
 namespace {
 
@@ -33,8 +35,8 @@ void qk_norm_rope_to_cache(BlockContext& ctx, const AttentionSpec& s, const Atte
           norm_rope(k, s.kv_heads, hd, w.k_norm.get(), s.eps, cos, sin, k, hd);
         }
         const BatchToken& token = r.tokens[t];
-        convert_f32_to_f16(k, kv.k(kv_layer, token.slot) + token.position * KV, KV);
-        convert_f32_to_f16(v, kv.v(kv_layer, token.slot) + token.position * KV, KV);
+        write_kv_row(k, s.kv_heads, hd, kv.dtype(), kv.k_row(kv_layer, token.slot, token.position));
+        write_kv_row(v, s.kv_heads, hd, kv.dtype(), kv.v_row(kv_layer, token.slot, token.position));
       }
     });
   });
@@ -70,7 +72,7 @@ AttentionWeights load_attention(TensorLoader& load, const std::string& p, const 
 }
 
 void plan_attention(ActivationPlan& plan, AttentionBuffers& b, const AttentionSpec& spec,
-                    int64_t kv_row_stride, int64_t max_tokens, int members) {
+                    const KvCache& kv, int64_t max_tokens, int members) {
   const size_t T = size_t(max_tokens), Q = size_t(spec.q_dim());
   // Plain attention reads q inside the qkv rows; gated leaves its gates there and reads b.q.
   b.shape = {spec.heads,
@@ -78,8 +80,9 @@ void plan_attention(ActivationPlan& plan, AttentionBuffers& b, const AttentionSp
              spec.head_dim,
              /*ldq=*/spec.gated ? spec.q_dim() : spec.qkv_width(),
              /*ldo=*/spec.q_dim(),
-             kv_row_stride,
-             1.0f / std::sqrt(float(spec.head_dim))};
+             kv.row_stride(),
+             1.0f / std::sqrt(float(spec.head_dim)),
+             kv.dtype()};
   plan.carve(b.qkv, T * size_t(spec.qkv_width()));
   plan.carve(b.q, spec.gated ? T * Q : 0);
   plan.carve(b.out, T * Q);
@@ -135,7 +138,7 @@ void self_attention(BlockContext& ctx, const AttentionSpec& s, const AttentionWe
     double contexts =
         double(seq.n_q) * double(seq.q_start) + double(seq.n_q) * double(seq.n_q + 1) / 2;
     attention_flops += 4.0 * double(s.heads * hd) * contexts;
-    kv_bytes += 2.0 * double(s.kv_dim()) * double(seq.q_start + seq.n_q) * sizeof(f16);
+    kv_bytes += 2.0 * double(kv.row_bytes()) * double(seq.q_start + seq.n_q);
   }
   ctx.profiler.time(Op::attention, attention_flops, kv_bytes, [&] {
     ctx.team.run([&](int m, int nm) { attention(b.seqs.data(), n_seqs, b.shape, b.scratch, m, nm); });

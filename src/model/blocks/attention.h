@@ -44,7 +44,7 @@ AttentionWeights load_attention(TensorLoader& load, const std::string& prefix,
 
 // The shape the kernels see and the buffers for passes of up to max_tokens tokens.
 void plan_attention(ActivationPlan& plan, AttentionBuffers& b, const AttentionSpec& spec,
-                    int64_t kv_row_stride, int64_t max_tokens, int members);
+                    const KvCache& kv, int64_t max_tokens, int members);
 
 // The two ends of the block, for an attention over other positions than the causal context
 // (sparse_attention.h): qkv = xb @ [Wq; Wk; Wv]^T, q and k normed and rotated, k and v into the

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/kv_rows.h"
+
 namespace ellm {
 
 SparseAttentionWeights load_sparse_attention(TensorLoader& load, const std::string& p,
@@ -16,8 +18,8 @@ SparseAttentionWeights load_sparse_attention(TensorLoader& load, const std::stri
 }
 
 void plan_sparse_attention(ActivationPlan& plan, SparseAttentionBuffers& b, const SparseAttentionSpec& s,
-                           int64_t kv_row_stride, int64_t T, int64_t max_positions, int members) {
-  plan_attention(plan, b.attention, s.attention, kv_row_stride, T, members);
+                           const KvCache& kv, int64_t T, int64_t max_positions, int members) {
+  plan_attention(plan, b.attention, s.attention, kv, T, members);
   b.max_blocks = max_positions / s.ratio + 1;
   const size_t M = size_t(members);
   plan.carve(b.index, size_t(T) * size_t(s.index_width()));
@@ -31,7 +33,7 @@ void sparse_attention(BlockContext& ctx, const SparseAttentionSpec& s, const Spa
                       KvCache& kv, int64_t kv_layer, const PassRows& r, const float* u, bf16* xb,
                       const RopeTable& rope, SparseAttentionBuffers& b, float* y) {
   const AttentionSpec& a = s.attention;
-  const int64_t n = r.size(), H = a.hidden, hd = a.head_dim, Q = a.q_dim(), KVW = kv.row_stride();
+  const int64_t n = r.size(), H = a.hidden, hd = a.head_dim, Q = a.q_dim();
   const int64_t IH = s.index_heads, ID = s.index_dim, IW = s.index_width(), C = s.cache_floats();
   const int64_t R = s.ratio, rotary_half = a.rotary_dim / 2;
 
@@ -111,16 +113,15 @@ void sparse_attention(BlockContext& ctx, const SparseAttentionSpec& s, const Spa
           for (int64_t j = 0; j < R; ++j) kept[n_kept++] = int32_t(order[i] * R + j);
         for (int64_t pos = blocks * R; pos <= p; ++pos) kept[n_kept++] = int32_t(pos);
 
-        const f16* K = kv.k(kv_layer, token.slot);
-        const f16* V = kv.v(kv_layer, token.slot);
+        const KvDtype dtype = kv.dtype();
         for (int64_t h = 0; h < a.heads; ++h) {
           const float* qh = b.attention.q + t * Q + h * hd;
           const int64_t kvh = h / heads_per_kv;
           float top = -INFINITY;
           for (int64_t j = 0; j < n_kept; ++j) {
-            const f16* k = K + int64_t(kept[j]) * KVW + kvh * hd;
+            const uint8_t* k = kv.k_row(kv_layer, token.slot, kept[j]);
             float dot = 0;
-            for (int64_t d = 0; d < hd; ++d) dot += qh[d] * f16_to_f32(k[d]);
+            for (int64_t d = 0; d < hd; ++d) dot += qh[d] * kv_element(k, dtype, a.kv_heads, hd, kvh, d);
             weights[j] = dot * scale;
             top = std::max(top, weights[j]);
           }
@@ -132,9 +133,9 @@ void sparse_attention(BlockContext& ctx, const SparseAttentionSpec& s, const Spa
           float* o = b.attention.out + t * Q + h * hd;
           std::fill_n(o, hd, 0.0f);
           for (int64_t j = 0; j < n_kept; ++j) {
-            const f16* v = V + int64_t(kept[j]) * KVW + kvh * hd;
+            const uint8_t* v = kv.v_row(kv_layer, token.slot, kept[j]);
             const float pj = weights[j] / sum;
-            for (int64_t d = 0; d < hd; ++d) o[d] += pj * f16_to_f32(v[d]);
+            for (int64_t d = 0; d < hd; ++d) o[d] += pj * kv_element(v, dtype, a.kv_heads, hd, kvh, d);
           }
         }
       }

@@ -51,7 +51,7 @@ struct SparseAttentionBuffers {
 };
 
 void plan_sparse_attention(ActivationPlan& plan, SparseAttentionBuffers& b, const SparseAttentionSpec& spec,
-                           int64_t kv_row_stride, int64_t max_tokens, int64_t max_positions, int members);
+                           const KvCache& kv, int64_t max_tokens, int64_t max_positions, int members);
 
 // y = the block's output over the rows ([n][hidden], overwritten), from the block input u (FP32,
 // the indexer's) and xb = bf16(u) (also the scratch for o_proj's input). K, V and the indexer's

@@ -8,9 +8,9 @@
 namespace ellm {
 
 KvCache::KvCache(int64_t n_layers, int64_t n_slots, int64_t n_kv_heads, int64_t max_positions,
-                 int64_t head_dim, int64_t extra_floats)
+                 int64_t head_dim, int64_t extra_floats, KvDtype dtype)
     : n_slots_(n_slots), n_kv_heads_(n_kv_heads), max_positions_(max_positions),
-      head_dim_(head_dim), extra_floats_(extra_floats) {
+      head_dim_(head_dim), dtype_(dtype), extra_floats_(extra_floats) {
   const size_t huge = VirtualRegion::kHugePage;
   slot_bytes_ = (size_t(max_positions) * row_bytes() + huge - 1) / huge * huge;
   written_.assign(size_t(n_slots), 0);

@@ -1,8 +1,10 @@
 #pragma once
 // The static KV cache (docs/design.md): per layer one virtual reservation holding
-//   K [slot][position][kv_head][head_dim]  then  V [slot][position][kv_head][head_dim]  (FP16:
-// half the bytes FP32 would take, which is what decode attention streams per token; 8x finer
-// than BF16, and writes saturate at +-65504, so a large value cannot become infinity).
+//   K [slot][position][kv_head][head_dim]  then  V [slot][position][kv_head][head_dim]
+// in the dtype of --kv-cache-dtype (kernels/kv_dtype.h). FP16, the default: half the bytes FP32
+// would take, which is what decode attention streams per token; 8x finer than BF16, and writes
+// saturate at +-65504, so a large value cannot become infinity. BF16: FP32's range. FP8 E4M3:
+// half again, each position's row ending in its heads' factors (docs/kv_cache_dtype.md).
 // One position of a slot is one contiguous row of all its heads, exactly as the QKV projection
 // produces it, so a slot's cache grows as one contiguous range per layer: attention streams
 // positions in order (head h at offset h * head_dim, rows kv_row_stride apart), and the range
@@ -25,12 +27,21 @@ class KvCache {
  public:
   KvCache() = default;
   KvCache(int64_t n_layers, int64_t n_slots, int64_t n_kv_heads, int64_t max_positions,
-          int64_t head_dim, int64_t extra_floats = 0);
+          int64_t head_dim, int64_t extra_floats = 0, KvDtype dtype = KvDtype::f16);
 
-  // Position 0, head 0 of a slot's K (or V) for a layer: [max_positions][n_kv_heads][head_dim].
-  f16* k(int64_t layer, int64_t slot) const { return base(layer, slot, 0); }
-  f16* v(int64_t layer, int64_t slot) const { return base(layer, slot, 1); }
-  int64_t row_stride() const { return n_kv_heads_ * head_dim_; }  // elements per position
+  // Position 0, head 0 of a slot's K (or V) for a layer: [max_positions] rows of row_bytes().
+  uint8_t* k(int64_t layer, int64_t slot) const { return base(layer, slot, 0); }
+  uint8_t* v(int64_t layer, int64_t slot) const { return base(layer, slot, 1); }
+  uint8_t* k_row(int64_t layer, int64_t slot, int64_t position) const {
+    return k(layer, slot) + size_t(position) * row_bytes();
+  }
+  uint8_t* v_row(int64_t layer, int64_t slot, int64_t position) const {
+    return v(layer, slot) + size_t(position) * row_bytes();
+  }
+  KvDtype dtype() const { return dtype_; }
+  // Elements of the dtype per position (bytes for FP8, its factors included), and bytes.
+  int64_t row_stride() const { return kv_row_elements(dtype_, n_kv_heads_, head_dim_); }
+  size_t row_bytes() const { return kv_row_bytes(dtype_, n_kv_heads_, head_dim_); }
   // Position 0 of a slot's extra values for a layer: [max_positions][extra_floats()].
   float* extra(int64_t layer, int64_t slot) const {
     return reinterpret_cast<float*>(extra_[layer].data() + size_t(slot) * extra_slot_bytes_);
@@ -56,15 +67,15 @@ class KvCache {
   size_t reserved_bytes() const;
 
  private:
-  size_t row_bytes() const { return size_t(row_stride()) * sizeof(f16); }
   size_t extra_row_bytes() const { return size_t(extra_floats_) * sizeof(float); }
   size_t slot_offset(int64_t slot, int kv) const {  // bytes from the start of a layer
     return size_t(kv * n_slots_ + slot) * slot_bytes_;
   }
-  f16* base(int64_t layer, int64_t slot, int kv) const {
-    return reinterpret_cast<f16*>(layers_[layer].data() + slot_offset(slot, kv));
+  uint8_t* base(int64_t layer, int64_t slot, int kv) const {
+    return layers_[layer].data() + slot_offset(slot, kv);
   }
   int64_t n_slots_ = 0, n_kv_heads_ = 0, max_positions_ = 0, head_dim_ = 0;
+  KvDtype dtype_ = KvDtype::f16;
   size_t slot_bytes_ = 0;  // one slot's K (or V) in a layer, rounded up to whole huge pages
   std::vector<VirtualRegion> layers_;
   int64_t extra_floats_ = 0;

@@ -12,7 +12,7 @@ SequenceMemory::SequenceMemory(const MemoryShape& shape, const ServingLimits& li
       max_positions_(limits.sequence_length),
       group_capacity_(limits.speculative_tokens + 1),
       kv_(shape.kv_layers, limits.batch_size, shape.kv_heads, limits.sequence_length, shape.head_dim,
-          shape.kv_extra_floats),
+          shape.kv_extra_floats, limits.kv_dtype),
       has_state_(shape.recurrent.layers > 0 || shape.recurrent.extra_floats() > 0) {
   const size_t slots = size_t(n_slots_);
   if (has_state_) {
