@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "cli/cli_images.h"
 #include "cli/commands.h"
 #include "model/config.h"
 #include "tools/make_model.h"
@@ -98,10 +99,12 @@ void check_tokens(const std::string& where, const std::vector<int32_t>& ids, int
 }
 
 void feed(Model& model, const std::vector<int32_t>& ids, int64_t start, bool all_logits,
-          std::vector<BatchToken>& batch, float* logits) {
+          std::vector<BatchToken>& batch, float* logits, const CliImages* images = nullptr) {
   batch.clear();
-  for (size_t i = 0; i < ids.size(); ++i)
+  for (size_t i = 0; i < ids.size(); ++i) {
     batch.push_back({ids[i], 0, int32_t(start + int64_t(i)), all_logits || i + 1 == ids.size()});
+    if (images) images->apply(batch.back());
+  }
   model.forward(batch, logits);
 }
 
@@ -205,12 +208,15 @@ int cmd_make_model(int argc, char** argv) {
 int cmd_logits(int argc, char** argv) {
   CLI::App app{"Feed token chunks through one KV cache and write every position's logits",
                "logits"};
-  std::string model_dir, feeds_path, out_path;
+  std::string model_dir, feeds_path, out_path, images_path;
   ServingLimits limits;
   limits.sequence_length = 0;
   app.add_option("--model-path", model_dir, "Hugging Face model folder")->required();
   app.add_option("--feeds", feeds_path, "JSON array of arrays of token ids")->required();
   app.add_option("--out", out_path, "output: float32 [positions][vocab]")->required();
+  app.add_option("--images", images_path,
+                 "JSON list of {\"file\", \"first_token_index\"} (files relative to it): each image's tower rows "
+                 "at its <|image_pad|> run, with the 3-D positions that follow");
   app.add_option("--sequence-length", limits.sequence_length,
                  "KV cache positions (default: the total fed)");
   app.add_option("--threads", limits.threads, "worker threads (default: one per core)");
@@ -237,6 +243,8 @@ int cmd_logits(int argc, char** argv) {
   check_tokens(feeds_path, all, config.vocab_size, limits.sequence_length);
   limits.chunk_size = int64_t(longest);
   std::unique_ptr<Model> model = Model::load(model_dir, limits);
+  CliImages images;
+  if (!images_path.empty()) images = load_cli_images(images_path, *model, model_dir);
 
   std::FILE* out = std::fopen(out_path.c_str(), "wb");
   if (!out) fail(out_path, "cannot create");
@@ -246,7 +254,7 @@ int cmd_logits(int argc, char** argv) {
   int64_t position = 0;
   auto start = std::chrono::steady_clock::now();
   for (const auto& ids : feeds) {
-    feed(*model, ids, position, true, batch, logits.data());
+    feed(*model, ids, position, true, batch, logits.data(), &images);
     position += int64_t(ids.size());
     size_t count = ids.size() * size_t(V);
     if (std::fwrite(logits.data(), sizeof(float), count, out) != count) {

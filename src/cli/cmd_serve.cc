@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/memory.h"
+#include "cli/cli_images.h"
 #include "cli/commands.h"
 #include "cli/generation_config.h"
 #include "engine/engine.h"
@@ -84,20 +85,6 @@ int g_signal_pipe[2] = {-1, -1};
 void on_stop_signal(int sig) {
   unsigned char byte = static_cast<unsigned char>(sig);
   [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &byte, 1);
-}
-
-// The folder's preprocessor_config.json; without one (a folder made by hand), the settings
-// Qwen3.5 ships, as the tower's patches need them.
-ImageProcessorConfig image_processor_of(const std::string& model_path) {
-  if (std::filesystem::exists(std::filesystem::path(model_path) / "preprocessor_config.json"))
-    return ImageProcessorConfig::load(model_path);
-  log_warn("serve: " + model_path + " has no preprocessor_config.json: images use Qwen3.5's shipped settings "
-           "(65536 to 16777216 pixels, mean and std 0.5)");
-  ImageProcessorConfig c;
-  c.min_pixels = 65536;
-  c.max_pixels = 16777216;
-  for (int i = 0; i < 3; ++i) c.mean[i] = c.std[i] = 0.5f;
-  return c;
 }
 
 }  // namespace
