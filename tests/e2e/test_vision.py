@@ -4,8 +4,10 @@
   greedy tokens over its safe prefix (as text);
 - the same images as Anthropic image blocks (also inside a tool_result) and Responses input_image
   parts (also inside a function_call_output) give the chat prompt's token count;
+- a screenshot streams in all three APIs;
 - a resent conversation reuses its cache without encoding its images again; a changed screenshot
-  is encoded and the cache is used only up to it;
+  is encoded and the cache is used only up to it; a 5-turn computer-use loop (screenshot, tool
+  call, new screenshot) encodes each new image once and serves >= 90% of each turn from the cache;
 - bad images get a 400 naming the part: corrupt, unknown format, a URL, a file:// without the
   flag, too many image tokens (--max-image-tokens), and any image on a text-only model.
 """
@@ -130,6 +132,52 @@ def sessions(s):
     print(f"ok: sessions (resent: {cached} cached, no image encoded; changed screenshot: {cached3} cached)")
 
 
+def streams(s):
+    """A screenshot in a streamed request of each API."""
+    c = image_uri("c_320x180.png")
+    chunks, done = s.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": c}}, {"type": "text", "text": "Describe."}]}], "max_tokens": 4,
+        "stream_options": {"include_usage": True}})
+    usage = [x["usage"] for x in chunks if x.get("usage")]
+    check(done and usage and usage[-1]["prompt_tokens"] > 28, f"chat stream: {chunks[-2:]}")
+    source = {"type": "base64", "media_type": "image/png", "data": c.split(",", 1)[1]}
+    events, _ = s.stream("/v1/messages", {"max_tokens": 4, "messages": [
+        {"role": "user", "content": [{"type": "image", "source": source}, {"type": "text", "text": "Describe."}]}]})
+    kinds = [e["type"] for e in events]
+    check(kinds[0] == "message_start" and kinds[-1] == "message_stop", f"messages stream: {kinds}")
+    check(events[0]["message"]["usage"]["input_tokens"] > 28, f"messages stream usage: {events[0]}")
+    events, _ = s.stream("/v1/responses", {"max_output_tokens": 4, "input": [
+        {"role": "user", "content": [{"type": "input_image", "image_url": c}, {"type": "input_text", "text": "Describe."}]}]})
+    done = [e for e in events if e["type"] in ("response.completed", "response.incomplete")]
+    check(done and done[-1]["response"]["usage"]["input_tokens"] > 28, f"responses stream: {[e['type'] for e in events]}")
+    print("ok: a screenshot streams in all three APIs")
+
+
+def computer_use_loop(s):
+    """Screenshot, tool call, new screenshot, for 5 turns: the tower runs once per new image and
+    >= 90% of each later turn's prompt comes from the cache."""
+    system = "You operate a desktop computer through tools. " + " ".join(
+        f"Rule {i}: check the screen before step {i}." for i in range(100))
+    tools = [{"type": "function", "function": {"name": "click", "description": "Clicks at x, y and returns a screenshot.",
+              "parameters": {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}}}}]
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Open the settings and press OK."}]
+    shares = []
+    for turn, file in enumerate(["c_320x180.png", "a_64x96.png", "b_100x70.png", "d_80x48.png", "e_40x36.png"]):
+        call = {"id": f"call_{turn}", "type": "function", "function": {"name": "click", "arguments": json.dumps({"x": turn, "y": 2 * turn})}}
+        messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": call["id"], "content": [{"type": "image_url", "image_url": {"url": image_uri(file)}}]}]
+        encoded = metric(s, "ellm:images_encoded_total")
+        status, r = s.post("/v1/chat/completions", {"messages": messages, "tools": tools, "max_tokens": 2, "temperature": 0})
+        check(status == 200, f"turn {turn}: {status} {r}")
+        check(metric(s, "ellm:images_encoded_total") == encoded + 1, f"turn {turn}: the tower ran once")
+        usage = r["usage"]
+        share = usage.get("prompt_tokens_details", {}).get("cached_tokens", 0) / usage["prompt_tokens"]
+        shares.append(round(share, 3))
+        if turn > 0:
+            check(share >= 0.9, f"turn {turn}: {share:.1%} of the prompt from the cache ({usage})")
+    print(f"ok: computer-use loop, 5 turns, one encode each, cached shares {shares}")
+
+
 def bad_images(s):
     def chat_with(url):
         return {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
@@ -155,10 +203,12 @@ def bad_images(s):
 def main():
     with Server(MODEL, "--max-image-tokens", "20", sequence_length=1024) as s:
         bad_images(s)  # the 28-token screenshot exceeds the limit of 20
-    with Server(MODEL, sequence_length=1024) as s:
+    with Server(MODEL, sequence_length=4096) as s:
         golden = golden_cases(s)
         other_apis(s, golden)
+        streams(s)
         sessions(s)
+        computer_use_loop(s)
     with Server(os.path.join(SHARED, "models", "tiny-qwen3"), sequence_length=512) as s:
         status, r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": image_uri("a_64x96.png")}}]}], "max_tokens": 1})
