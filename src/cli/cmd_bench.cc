@@ -22,6 +22,7 @@
 #include "base/error.h"
 #include "base/memory.h"
 #include "base/threads.h"
+#include "cli/bench_vision.h"
 #include "cli/commands.h"
 #include "model/config.h"
 #include "model/model.h"
@@ -367,6 +368,13 @@ void print_table(const std::vector<json>& rows, const json& machine) {
               machine["isa"].get<std::string>().c_str(), machine["threads"].get<int>(),
               machine["peak_flops"].get<double>() / 1e9, machine["peak_flops_f32"].get<double>() / 1e9,
               machine["read_bandwidth"].get<double>() / 1e9);
+  for (const json& r : rows)
+    if (r["kind"] == "vision_encode")
+      std::printf("\nvision tower: a %s image, %lld patches -> %lld tokens, encoded in %.2f s: %.3f TFLOP/s, "
+                  "%.1f%% of the BF16 peak\n",
+                  r["image"].get<std::string>().c_str(), (long long)r["patches"].get<int64_t>(),
+                  (long long)r["tokens"].get<int64_t>(), r["seconds"].get<double>(), r["tflops"].get<double>(),
+                  100 * r["fraction_of_peak"].get<double>());
   std::printf("\n%-20s %7s %7s %10s %9s %12s %10s %12s %10s %10s\n", "run", "batch", "tokens", "tokens/s",
               "TTFT s", "GEMM TF/s", "GEMM %pk", "%GEMM-bound", "attn %time", "other %time");
   for (const json& r : rows) {
@@ -384,7 +392,7 @@ void print_table(const std::vector<json>& rows, const json& machine) {
   std::printf("\n%-20s %7s %7s %10s %12s %10s %10s %10s %10s\n", "run", "batch", "context",
               "tokens/s", "MB/step", "GB/s", "read GB/s", "% of read", "whole run");
   for (const json& r : rows) {
-    if (r["kind"] == "prefill" || r["kind"] == "prefill_cold_table") continue;
+    if (r["kind"] == "prefill" || r["kind"] == "prefill_cold_table" || r["kind"] == "vision_encode") continue;
     std::printf("%-20s %7lld %7lld %10.1f %12.1f %10.1f %10.1f %9.1f%% %9.1f%%\n",
                 label(r).c_str(), (long long)r["batch"].get<int64_t>(),
                 (long long)r["context"].get<int64_t>(), r["tokens_per_s"].get<double>(),
@@ -403,6 +411,7 @@ void print_table(const std::vector<json>& rows, const json& machine) {
   }
   std::printf("\ntime split by operation:\n");
   for (const json& r : rows) {
+    if (!r.contains("ops")) continue;
     std::string name =
         label(r) +
         (r.contains("tokens") ? " " + std::to_string(r["tokens"].get<int64_t>())
@@ -481,6 +490,7 @@ int cmd_bench(int argc, char** argv) {
   int threads = 0;
   int64_t steps = 32;
   bool busy = true, zero_context = false;
+  std::string image_size = "1280x720";
   app.add_option("--model-path", model_path, "model folder")->required();
   app.add_option("--threads", threads, "worker threads (default: one per physical core)");
   app.add_option("--prompt-lengths", prompt_lengths, "prefill lengths, comma-separated");
@@ -492,6 +502,9 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--decode-steps", steps, "decode steps per measurement");
   app.add_option("--busy", busy, "also measure decode with another process busy on one core");
   app.add_option("--json", json_path, "also write the JSON lines to this file");
+  app.add_option("--image-size", image_size,
+                 "WIDTHxHEIGHT of the image a model with a vision tower encodes once (\"\" = none)")
+      ->capture_default_str();
   add_quantize_option(app);
   add_mlock_table_option(app);
   add_rope_scaling_option(app);
@@ -610,6 +623,12 @@ int cmd_bench(int argc, char** argv) {
       emit(std::move(row));
     };
     bench.run(bench.sequence(0, 0, 64));  // warm-up: commit buffers, fault in pages
+    if (model->image_token_id() >= 0 && !image_size.empty()) {
+      const size_t x = image_size.find('x');
+      if (x == std::string::npos) fail("--image-size", "expected WIDTHxHEIGHT, e.g. 1280x720");
+      emit_run(bench_vision_encode(*model, model_path, std::stoll(image_size.substr(0, x)),
+                               std::stoll(image_size.substr(x + 1)), machine["peak_flops"]));
+    }
     const int64_t short_context = 64;
     for (int64_t batch : batch_list) {
       for (int32_t slot = 0; slot < batch; ++slot) {
