@@ -8,6 +8,7 @@
 - a resent conversation reuses its cache without encoding its images again; a changed screenshot
   is encoded and the cache is used only up to it; a 5-turn computer-use loop (screenshot, tool
   call, new screenshot) encodes each new image once and serves >= 90% of each turn from the cache;
+- three users with different screenshots at once get the answers each gets alone;
 - bad images get a 400 naming the part: corrupt, unknown format, a URL, a file:// without the
   flag, too many image tokens (--max-image-tokens), and any image on a text-only model.
 """
@@ -178,6 +179,27 @@ def computer_use_loop(s):
     print(f"ok: computer-use loop, 5 turns, one encode each, cached shares {shares}")
 
 
+def concurrent_users(s):
+    """Three users with different screenshots at once (two slots: one waits) get the answers each
+    gets alone: no image leaks into another request."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def ask(file):
+        body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": image_uri(file)}},
+                                                          {"type": "text", "text": "What changed?"}]}],
+                "max_tokens": 6, "temperature": 0, "session_cache": False}
+        status, r = s.post("/v1/chat/completions", body)
+        check(status == 200, f"{file}: {status} {r}")
+        return r["choices"][0]["message"]
+    files = ["c_320x180.png", "a_64x96.png", "b_100x70.png"]
+    alone = [ask(f) for f in files]
+    with ThreadPoolExecutor(3) as pool:
+        together = list(pool.map(ask, files))
+    check(together == alone, f"answers at once differ from alone: {together} vs {alone}")
+    check(len({json.dumps(a) for a in alone}) > 1, "different screenshots should not all give one answer")
+    print("ok: three users with different screenshots at once get their own answers")
+
+
 def bad_images(s):
     def chat_with(url):
         return {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
@@ -209,6 +231,7 @@ def main():
         streams(s)
         sessions(s)
         computer_use_loop(s)
+        concurrent_users(s)
     with Server(os.path.join(SHARED, "models", "tiny-qwen3"), sequence_length=512) as s:
         status, r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": image_uri("a_64x96.png")}}]}], "max_tokens": 1})
