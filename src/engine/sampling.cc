@@ -225,7 +225,8 @@ void Sampler::start(const SamplingParams& params, std::span<const int32_t> promp
 }
 
 void Sampler::mark_context(int32_t id) {
-  if (in_context_[id]) return;
+  // An image's pads carry ids outside the vocabulary (engine/prompt_images.h): no token to penalise.
+  if (id < 0 || size_t(id) >= in_context_.size() || in_context_[id]) return;
   in_context_[id] = 1;
   if (context_ids_.size() < context_ids_.capacity()) context_ids_.push_back(id);
 }
