@@ -199,7 +199,10 @@ class Builder {
       case Ast::byte_class: {
         if (r_.class_bits.size() >= 63) unsupported("too complex (more than 63 positions)");
         uint64_t p = uint64_t(1) << r_.class_bits.size();
-        r_.class_bits.push_back(ast.bytes);
+        // Only what a string can carry unescaped: a literal DEL or '"' is a position no output
+        // reaches, so the distances (the budget logic) never count on it.
+        const ByteClass all = generatable();
+        r_.class_bits.push_back({ast.bytes[0] & all[0], ast.bytes[1] & all[1]});
         r_.follow.push_back(0);
         return {p, p, false};
       }
@@ -265,10 +268,13 @@ Regex compile_regex(const std::string& pattern) {
   // Bytes from each position to an accepting one (Bellman-Ford over at most 63 positions).
   const size_t n = regex.class_bits.size();
   regex.distance.assign(n, INT32_MAX);
+  // A position with no byte left (masked away in the builder) is never entered: no distance.
+  auto enterable = [&](size_t p) { return (regex.class_bits[p][0] | regex.class_bits[p][1]) != 0; };
   for (size_t p = 0; p < n; ++p)
-    if (regex.last >> p & 1) regex.distance[p] = 0;
+    if ((regex.last >> p & 1) && enterable(p)) regex.distance[p] = 0;
   for (size_t round = 0; round < n; ++round)
     for (size_t p = 0; p < n; ++p) {
+      if (!enterable(p)) continue;
       uint64_t next = regex.follow[p];
       for (; next; next &= next - 1) {
         int q = std::countr_zero(next);
@@ -306,13 +312,15 @@ void regex_require_length(Regex& regex, int32_t min_length) {
   regex.distance.resize(rows * n, INT32_MAX);
   // At least r bytes after p: one byte to a next position q, then at least r - 1 after q.
   for (; r < rows; ++r)
-    for (size_t p = 0; p < n; ++p)
+    for (size_t p = 0; p < n; ++p) {
+      if (!(regex.class_bits[p][0] | regex.class_bits[p][1])) continue;  // never entered
       for (uint64_t next = regex.follow[p]; next; next &= next - 1) {
         const int q = std::countr_zero(next);
         const int32_t after = regex.distance[(r - 1) * n + size_t(q)];
         if ((regex.class_bits[q][0] | regex.class_bits[q][1]) && after != INT32_MAX)
           regex.distance[r * n + p] = std::min(regex.distance[r * n + p], after + 1);
       }
+    }
 }
 
 int32_t regex_distance(const Regex& regex, uint64_t state, int32_t at_least) {
