@@ -95,7 +95,7 @@ int cmd_serve(int argc, char** argv) {
   std::string kv_memory = "0", max_body = "32M", scripted, allowed_local_media_path;
   int64_t max_image_tokens = 0;
   double scripted_token_ms = 0;
-  std::string session_memory, session_dir, session_disk, replica_id, speculative = "none";
+  std::string session_memory, session_dir, session_disk, replica_id, speculative = "none", image_cache = "512M";
   int64_t num_speculative_tokens = -1;
   int64_t state_snapshot_interval = EngineOptions{}.state_snapshot_interval;
   int port = 8000, threads = 0;
@@ -131,6 +131,10 @@ int cmd_serve(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-image-tokens", max_image_tokens,
                  "most image tokens one request may hold (0 = only the sequence length limits them)")
+      ->capture_default_str();
+  app.add_option("--image-cache", image_cache,
+                 "RAM for the vision tower's rows of recent images, by content: a screenshot sent again after its "
+                 "KV is gone is not encoded again (0 = none)")
       ->capture_default_str();
   app.add_flag("--language-model-only", language_model_only,
                "leave a vision-language checkpoint's vision tower unread: text only, as vLLM's flag");
@@ -278,6 +282,7 @@ int cmd_serve(int argc, char** argv) {
       session_memory.empty() ? std::min<size_t>(physical_memory_bytes() / 4, size_t(16) << 30)
                              : parse_byte_size(session_memory, "serve --session-memory");
   engine_options.session_dir = session_dir;
+  engine_options.image_cache_bytes = parse_byte_size(image_cache, "serve --image-cache");
   engine_options.state_snapshot_interval = state_snapshot_interval;
   if (!session_disk.empty()) {
     engine_options.session_disk_bytes = parse_byte_size(session_disk, "serve --session-disk");

@@ -85,6 +85,8 @@ struct EngineOptions {
   Proposer speculative = Proposer::none;
   int64_t num_speculative_tokens = 0;
   int64_t speculative_pass_rows = 16;
+  // The vision tower's rows of recent images, by content (ImageRowCache); 0 = none kept.
+  size_t image_cache_bytes = size_t(512) << 20;
 };
 
 struct QueueFull : std::runtime_error {
@@ -119,7 +121,8 @@ struct EngineMetrics {
   Speculative speculative[int(Proposer::count)];
   // Images in admitted requests, and of those the ones the vision tower encoded (the others'
   // pads were all in the session cache).
-  int64_t images_total = 0, images_encoded_total = 0;
+  int64_t images_total = 0, images_encoded_total = 0, image_cache_hits_total = 0;
+  size_t image_cache_bytes = 0;
   MappedTableStatus mapped_table;  // a table the model reads in place (Qwen3.8-Flash-Next's n-gram table)
 };
 

@@ -48,24 +48,51 @@ RequestImages::RequestImages(const std::vector<PromptImage>& images) : rows_(ima
   for (const PromptImage& image : images) places_.push_back({image.first, image.merged_h, image.merged_w});
 }
 
-bool RequestImages::token(Model& model, const std::vector<PromptImage>& images, int32_t id, int32_t slot,
-                          int64_t p, bool want_logits, BatchToken& out) {
+ImageRows ImageRowCache::find(const PromptImage& image) {
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->hash != image.content_hash || it->grid_h != image.grid_h || it->grid_w != image.grid_w) continue;
+    entries_.splice(entries_.begin(), entries_, it);
+    return entries_.front().rows;
+  }
+  return nullptr;
+}
+
+void ImageRowCache::insert(const PromptImage& image, ImageRows rows) {
+  const size_t size = rows->size() * sizeof(float);
+  if (size > max_bytes_) return;
+  while (bytes_ + size > max_bytes_) {
+    bytes_ -= entries_.back().rows->size() * sizeof(float);
+    entries_.pop_back();
+  }
+  entries_.push_front({image.content_hash, image.grid_h, image.grid_w, std::move(rows)});
+  bytes_ += size;
+}
+
+ImageRowSource RequestImages::token(Model& model, ImageRowCache& cache, const std::vector<PromptImage>& images,
+                                    int32_t id, int32_t slot, int64_t p, bool want_logits, BatchToken& out) {
   out = BatchToken{id, slot, int32_t(p), want_logits};
-  if (places_.empty()) return false;
+  if (places_.empty()) return ImageRowSource::not_an_image;
   set_rope_position(out, places_);
-  if (!is_image_identity(id)) return false;
+  if (!is_image_identity(id)) return ImageRowSource::not_an_image;
   out.token = model.image_token_id();
   for (size_t i = 0; i < places_.size(); ++i) {
     if (p < places_[i].first || p >= places_[i].end()) continue;
-    const bool encode = rows_[i].empty();
     const int64_t H = model.config().hidden_size;
-    if (encode) {
+    ImageRowSource source = ImageRowSource::held;
+    if (!rows_[i]) {
       const PromptImage& image = images[i];
-      rows_[i].resize(size_t(image.n_tokens() * H));
-      model.encode_image(image.pixel_values->data(), image.grid_t, image.grid_h, image.grid_w, rows_[i].data());
+      rows_[i] = cache.find(image);
+      source = ImageRowSource::cached;
+      if (!rows_[i]) {
+        auto rows = std::make_shared<std::vector<float>>(size_t(image.n_tokens() * H));
+        model.encode_image(image.pixel_values->data(), image.grid_t, image.grid_h, image.grid_w, rows->data());
+        rows_[i] = rows;
+        cache.insert(image, rows);
+        source = ImageRowSource::encoded;
+      }
     }
-    out.embedding = rows_[i].data() + (p - places_[i].first) * H;
-    return encode;
+    out.embedding = rows_[i]->data() + (p - places_[i].first) * H;
+    return source;
   }
   fail("RequestImages", "an image pad id outside every image");
 }

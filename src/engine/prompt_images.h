@@ -10,6 +10,8 @@
 // the slots and the prefix matching compare contents without knowing about images, and only the
 // pass maps the id back to <|image_pad|>.
 #include <cstdint>
+#include <list>
+#include <memory>
 #include <vector>
 
 #include "engine/request.h"
@@ -25,20 +27,46 @@ inline bool is_image_identity(int32_t id) { return id >= kImageIdentityFirst; }
 // the prompt's pads; then gives the pads their ids.
 void adopt_prompt_images(GenerateRequest& request, const Model& model);
 
+using ImageRows = std::shared_ptr<const std::vector<float>>;  // [tokens][hidden]
+
+// The tower's rows of recent images by content (hash and grid), within a byte budget, the least
+// recently used dropped first: a screenshot sent again after its KV is gone (another
+// conversation, an edited history, an evicted session) is not encoded again. The scheduler's
+// thread alone uses it.
+class ImageRowCache {
+ public:
+  explicit ImageRowCache(size_t max_bytes) : max_bytes_(max_bytes) {}
+  ImageRows find(const PromptImage& image);  // null when not held
+  void insert(const PromptImage& image, ImageRows rows);
+  size_t bytes() const { return bytes_; }
+
+ private:
+  struct Entry {
+    uint64_t hash;
+    int64_t grid_h, grid_w;
+    ImageRows rows;
+  };
+  std::list<Entry> entries_;  // most recently used first
+  size_t bytes_ = 0, max_bytes_;
+};
+
+// Where an image pad's row came from.
+enum class ImageRowSource { not_an_image, encoded, cached, held };
+
 // A running request's images: where they sit, and the tower's rows once encoded.
 class RequestImages {
  public:
   explicit RequestImages(const std::vector<PromptImage>& images);
   bool empty() const { return places_.empty(); }
   // The model's token for position p of a sequence whose id there is `id` (an image pad's id or
-  // a token); encodes the image the first time one of its pads is asked for. Returns whether it
-  // encoded.
-  bool token(Model& model, const std::vector<PromptImage>& images, int32_t id, int32_t slot, int64_t p,
-             bool want_logits, BatchToken& out);
+  // a token). The first time one of an image's pads is asked for, its rows come from the cache
+  // or the tower.
+  ImageRowSource token(Model& model, ImageRowCache& cache, const std::vector<PromptImage>& images, int32_t id,
+                       int32_t slot, int64_t p, bool want_logits, BatchToken& out);
 
  private:
   std::vector<ImagePlacement> places_;
-  std::vector<std::vector<float>> rows_;  // per image: [tokens][hidden], empty until encoded
+  std::vector<ImageRows> rows_;  // per image; null until first needed
 };
 
 }  // namespace ellm

@@ -64,7 +64,9 @@ std::string prometheus_text(const EngineMetrics& m, const HttpCounters& http, co
   scalar("ellm:session_cache_hit_tokens_total", "counter", "Prompt tokens served from the session cache instead of prefilled.", m.cached_tokens_total);
   scalar("ellm:session_cache_recomputed_tokens_total", "counter", "Prompt tokens held in a session but prefilled again (a hybrid model resumes only at a snapshot of its recurrent state).", m.recomputed_tokens_total);
   scalar("ellm:images_total", "counter", "Images in admitted requests.", m.images_total);
-  scalar("ellm:images_encoded_total", "counter", "Images the vision tower encoded (the others' tokens came from the session cache).", m.images_encoded_total);
+  scalar("ellm:images_encoded_total", "counter", "Images the vision tower encoded (the others' tokens came from the session cache or the image cache).", m.images_encoded_total);
+  scalar("ellm:image_cache_hits_total", "counter", "Images whose tower rows came from the image cache (--image-cache) instead of the tower.", m.image_cache_hits_total);
+  scalar("ellm:image_cache_bytes", "gauge", "Bytes of tower rows the image cache holds.", int64_t(m.image_cache_bytes));
   scalar("ellm:requests_finished_total", "counter", "Requests finished (any reason).", m.requests_finished_total);
   scalar("ellm:kv_cache_resident_bytes", "gauge", "KV cache memory committed in RAM.", static_cast<double>(m.kv_resident_bytes));
   scalar("ellm:kv_cache_budget_bytes", "gauge", "KV cache memory budget (--kv-memory).", static_cast<double>(m.kv_budget_bytes));

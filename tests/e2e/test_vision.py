@@ -37,6 +37,12 @@ def metric(s, name):
     return float(m.group(1)) if m else 0.0
 
 
+def rows_made(s):
+    """Images whose tower rows a prefill needed: from the tower, or from the image cache for a
+    screenshot seen before."""
+    return metric(s, "ellm:images_encoded_total") + metric(s, "ellm:image_cache_hits_total")
+
+
 def golden_cases(s):
     golden = json.load(open(os.path.join(GOLDEN, "chat.json")))
     checked = 0
@@ -113,24 +119,34 @@ def sessions(s):
                 {"role": "assistant", "content": "Seen."},
                 {"role": "user", "content": [{"type": "text", "text": "And now?"}, {"type": "image_url", "image_url": {"url": second}}]}]
 
-    encoded = metric(s, "ellm:images_encoded_total")
+    made = rows_made(s)
     status, r1 = s.post("/v1/chat/completions", {"messages": conversation(b), "max_tokens": 2, "temperature": 0})
     check(status == 200, f"first: {r1}")
-    check(metric(s, "ellm:images_encoded_total") == encoded + 2, "both images encoded the first time")
+    check(rows_made(s) == made + 2, "both images' rows made the first time")
     status, r2 = s.post("/v1/chat/completions", {"messages": conversation(b), "max_tokens": 2, "temperature": 0})
     cached = r2["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
     check(status == 200 and cached > 0, f"resent: cached {cached} {r2['usage']}")
-    check(metric(s, "ellm:images_encoded_total") == encoded + 2, "a resent conversation encodes no image again")
+    check(rows_made(s) == made + 2, "a resent conversation needs no image's rows again")
     check(r2["choices"][0]["message"] == r1["choices"][0]["message"], "resent: same greedy answer")
     # The second screenshot changed: the cache holds up to it at most, and only it is encoded.
     status, r3 = s.post("/v1/chat/completions", {"messages": conversation(d), "max_tokens": 2, "temperature": 0})
     cached3 = r3["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
     check(status == 200, f"changed: {r3}")
-    check(metric(s, "ellm:images_encoded_total") == encoded + 3, "only the changed screenshot is encoded")
+    check(rows_made(s) == made + 3, "only the changed screenshot's rows are made")
     check(cached3 < cached and cached3 < r3["usage"]["prompt_tokens"] - 4,
           f"changed screenshot: cached {cached3} of {r3['usage']['prompt_tokens']} (resent: {cached})")
     check(metric(s, "ellm:images_total") >= 6, "images counted")
-    print(f"ok: sessions (resent: {cached} cached, no image encoded; changed screenshot: {cached3} cached)")
+    # Screenshot b again, in a conversation that shares no KV with the first (a new start): its
+    # tokens are prefilled anew, and its rows come from the image cache, not the tower.
+    hits, encoded = metric(s, "ellm:image_cache_hits_total"), metric(s, "ellm:images_encoded_total")
+    other = [{"role": "user", "content": [{"type": "text", "text": "A new task. Look:"}, {"type": "image_url", "image_url": {"url": b}}]}]
+    status, r4 = s.post("/v1/chat/completions", {"messages": other, "max_tokens": 2, "temperature": 0})
+    check(status == 200, f"new conversation: {r4}")
+    check(metric(s, "ellm:images_encoded_total") == encoded, "a screenshot seen before is not encoded again")
+    check(metric(s, "ellm:image_cache_hits_total") == hits + 1, "its rows came from the image cache")
+    check(metric(s, "ellm:image_cache_bytes") > 0, "the image cache's bytes are reported")
+    print(f"ok: sessions (resent: {cached} cached, no image encoded; changed screenshot: {cached3} cached; "
+          f"a seen screenshot in a new conversation: from the image cache)")
 
 
 def streams(s):
@@ -155,7 +171,7 @@ def streams(s):
 
 
 def computer_use_loop(s):
-    """Screenshot, tool call, new screenshot, for 5 turns: the tower runs once per new image and
+    """Screenshot, tool call, new screenshot, for 5 turns: rows are made once per new image and
     >= 90% of each later turn's prompt comes from the cache."""
     system = "You operate a desktop computer through tools. " + " ".join(
         f"Rule {i}: check the screen before step {i}." for i in range(100))
@@ -167,10 +183,10 @@ def computer_use_loop(s):
         call = {"id": f"call_{turn}", "type": "function", "function": {"name": "click", "arguments": json.dumps({"x": turn, "y": 2 * turn})}}
         messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
                      {"role": "tool", "tool_call_id": call["id"], "content": [{"type": "image_url", "image_url": {"url": image_uri(file)}}]}]
-        encoded = metric(s, "ellm:images_encoded_total")
+        made = rows_made(s)
         status, r = s.post("/v1/chat/completions", {"messages": messages, "tools": tools, "max_tokens": 2, "temperature": 0})
         check(status == 200, f"turn {turn}: {status} {r}")
-        check(metric(s, "ellm:images_encoded_total") == encoded + 1, f"turn {turn}: the tower ran once")
+        check(rows_made(s) == made + 1, f"turn {turn}: only the new screenshot's rows were made")
         usage = r["usage"]
         share = usage.get("prompt_tokens_details", {}).get("cached_tokens", 0) / usage["prompt_tokens"]
         shares.append(round(share, 3))

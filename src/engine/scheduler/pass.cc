@@ -33,8 +33,12 @@ void Scheduler::add_decode_tokens(std::vector<BatchToken>& batch, std::vector<Pa
 BatchToken Scheduler::token_at(int s, int64_t p, bool want_logits) {
   ActiveRequest& request = *active_[s];
   BatchToken token;
-  if (request.images.token(model_, request.request.images, request.sequence[p], s, p, want_logits, token))
-    ++local_metrics_.images_encoded_total;
+  switch (request.images.token(model_, image_rows_, request.request.images, request.sequence[p], s, p, want_logits,
+                               token)) {
+    case ImageRowSource::encoded: ++local_metrics_.images_encoded_total; break;
+    case ImageRowSource::cached: ++local_metrics_.image_cache_hits_total; break;
+    default: break;
+  }
   return token;
 }
 

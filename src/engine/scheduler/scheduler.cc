@@ -51,7 +51,8 @@ Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptio
       sessions_(model, options_),
       slots_(sessions_.slots()),
       store_(sessions_.store()),
-      output_(tokenizer, options_, local_metrics_) {
+      output_(tokenizer, options_, local_metrics_),
+      image_rows_(options_.image_cache_bytes) {
   const int64_t n_slots = model.limits().batch_size;
   for (int64_t i = 0; i < n_slots; ++i) samplers_.emplace_back(vocab_size_, sequence_length_);
   active_.resize(n_slots);
@@ -272,6 +273,7 @@ void Scheduler::abort_all() {
 
 void Scheduler::publish_metrics() {
   local_metrics_.requests_running = running_;
+  local_metrics_.image_cache_bytes = image_rows_.bytes();
   std::vector<SessionInfo> hot;
   bool hot_changed = false;
   // Measuring residency walks the page tables: a few times a second, and whenever all is idle.

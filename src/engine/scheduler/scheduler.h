@@ -110,6 +110,7 @@ class Scheduler {
   std::vector<Sampler> samplers_;                       // [slot]
   EngineMetrics local_metrics_;
   RequestOutput output_;  // counts in local_metrics_
+  ImageRowCache image_rows_;
   std::vector<BatchToken> batch_;
   std::vector<PassPart> parts_;
   // A long prefill runs in parts when slots are generating (EngineOptions::max_decode_stall_seconds);
