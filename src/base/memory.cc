@@ -121,4 +121,17 @@ size_t process_resident_bytes() {
 size_t physical_memory_bytes() { return meminfo_kb("MemTotal:"); }
 size_t available_memory_bytes() { return meminfo_kb("MemAvailable:"); }
 
+size_t usable_memory_bytes() {
+  size_t usable = available_memory_bytes();
+  // A container's cgroup (v2) limit is what the OOM killer enforces, whatever the host has free.
+  std::ifstream max_file("/sys/fs/cgroup/memory.max"), current_file("/sys/fs/cgroup/memory.current");
+  std::string max_text;
+  size_t current = 0;
+  if (max_file >> max_text && max_text != "max" && current_file >> current) {
+    const size_t limit = std::stoull(max_text);
+    usable = std::min(usable, limit > current ? limit - current : 0);
+  }
+  return usable;
+}
+
 }  // namespace ellm

@@ -57,5 +57,6 @@ class VirtualRegion {
 size_t process_resident_bytes();  // VmRSS of this process
 size_t physical_memory_bytes();   // MemTotal
 size_t available_memory_bytes();  // MemAvailable
+size_t usable_memory_bytes();     // MemAvailable, or less under a container's cgroup limit
 
 }  // namespace ellm

@@ -119,7 +119,9 @@ int cmd_serve(int argc, char** argv) {
                  "longest wait for the next token of generating requests while a long prompt prefills "
                  "(it then runs in parts, their decode steps in between; 0 = never split a prefill)")
       ->capture_default_str();
-  app.add_option("--kv-memory", kv_memory, "KV cache budget, e.g. 8G (default: what RAM allows)");
+  app.add_option("--kv-memory", kv_memory,
+                 "KV cache budget, e.g. 8G (default: the RAM left after the weights, --session-memory and "
+                 "--image-cache, less a margin); a request that can never fit in it is refused");
   add_quantize_option(app);
   add_activations_option(app);
   add_mlock_table_option(app);
@@ -299,6 +301,8 @@ int cmd_serve(int argc, char** argv) {
   engine_options.speculative = proposer;
   engine_options.num_speculative_tokens = num_speculative_tokens;
 
+  // The automatic KV budget (no --kv-memory) leaves the session store's and the image cache's RAM.
+  limits.ram_reserved_bytes = engine_options.session_memory_bytes + engine_options.image_cache_bytes;
   std::unique_ptr<Model> model = Model::load(model_path, limits);
   std::unique_ptr<Model> draft;
   if (proposer == Proposer::draft) {

@@ -119,6 +119,8 @@ void Decoder::finish_load(const std::string& model_dir, DecoderWeights& weights,
   want_rows_.resize(T);
   pass_.tokens.reserve(T);
   pass_.has_slot.assign(B, 0);
+  const bool automatic_budget = limits_.kv_memory_bytes == 0;
+  if (automatic_budget) limits_.kv_memory_bytes = automatic_kv_budget();
 
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start_).count();
@@ -132,10 +134,30 @@ void Decoder::finish_load(const std::string& model_dir, DecoderWeights& weights,
       format_bytes(double(kv.reserved_bytes())).c_str(), format_bytes(double(kv.bytes_per_token())).c_str(),
       kv_dtype_name(kv.dtype()));
   std::string message = line;
+  message += ", KV budget " + format_bytes(double(limits_.kv_memory_bytes)) + (automatic_budget ? " (RAM left)" : "");
   if (weights.int4_bytes > 0)
     message += int8_inputs ? ", INT4 products on int8 activations" : ", INT4 products on BF16 activations";
   describe(message);
   log_info(message);
+}
+
+// What RAM allows for committed KV once the weights, the recurrent state and the activation plan
+// are in: what the kernel (or the container's limit) says is available now, less what the server
+// keeps for sessions and images and a margin for threads, the allocator and the page cache of a
+// table read in place. Every slot's full sequence may need more: then a request that can never
+// fit is refused and sessions leave their slots for the store (engine/scheduler/placement.cc),
+// rather than the kernel's OOM killer ending the server.
+size_t Decoder::automatic_kv_budget() const {
+  const size_t usable = usable_memory_bytes();
+  const size_t margin = std::max(physical_memory_bytes() / 16, size_t(512) << 20);
+  const size_t state = state_bytes_per_slot() * size_t(limits_.batch_size);
+  const size_t kept = limits_.ram_reserved_bytes + margin;
+  if (usable <= kept + state)
+    fail("--kv-memory", "no RAM is left for KV: " + format_bytes(double(usable)) + " available after the weights, " +
+                            format_bytes(double(limits_.ram_reserved_bytes)) +
+                            " kept for sessions and images (--session-memory, --image-cache) and " +
+                            format_bytes(double(margin)) + " of margin; give --kv-memory, or less to the others");
+  return usable - kept;
 }
 
 size_t Decoder::state_bytes_per_slot() const {

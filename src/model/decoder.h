@@ -109,12 +109,14 @@ class Decoder : public Model {
   void finish_load(const std::string& model_dir, DecoderWeights& weights, const MemoryShape& memory,
                    int64_t widest_input);
 
+  size_t automatic_kv_budget() const;  // --kv-memory's default: what RAM allows
+
   // Checks a pass's tokens against the limits (Model::forward's errors).
   void validate(std::span<const BatchToken> tokens) const;
   void lm_head(const PassRows& rows, float* logits);
 
   ModelConfig config_;
-  ServingLimits limits_;
+  ServingLimits limits_;  // kv_memory_bytes resolved at finish_load (automatic_kv_budget)
   int64_t max_tokens_;
   std::shared_ptr<ThreadTeam> team_owner_;  // shared by a draft model and its target
   ThreadTeam& team_;

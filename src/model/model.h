@@ -43,6 +43,9 @@ struct ServingLimits {
   int64_t chunk_size = 0;          // most tokens in one forward pass; 0 = sequence_length
   int threads = 0;                 // 0 = one per physical core
   size_t kv_memory_bytes = 0;      // committed-KV budget; 0 = what RAM allows after the weights
+  // RAM the server keeps for other things (the session store, the image cache): left out of the
+  // automatic KV budget (kv_memory_bytes 0).
+  size_t ram_reserved_bytes = 0;
   KvDtype kv_dtype = KvDtype::f16;  // --kv-cache-dtype: the KV cache's element type
   bool quantize_fp8 = false;       // --quantize fp8: BF16 linear weights to FP8 at load
   bool quantize_int4 = false;      // --quantize int4: BF16 or FP8 linear weights to INT4 at load
