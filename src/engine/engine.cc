@@ -175,8 +175,9 @@ std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request) {
   validate_sampling(request);
   std::tie(queued.proposer, queued.speculative_depth) = speculation_of(request, impl_->options, *impl_->model, impl_->has_draft);
   adopt_prompt_images(request, *impl_->model);
-  // The proposers and the draft model see token ids only: an image's pads are not among them.
-  if (!request.images.empty()) queued.proposer = Proposer::none;
+  // The draft model and the MTP head see token ids only, not an image's rows; prompt lookup
+  // copies text and stops before an image's pads (Scheduler::add_proposals).
+  if (!request.images.empty() && queued.proposer != Proposer::ngram) queued.proposer = Proposer::none;
   if (request.constraint) {
     std::vector<int32_t> end_tokens = request.stop_token_ids;
     if (!request.ignore_eos)

@@ -5,6 +5,9 @@
 // ones) is token for token the output without, and seeded sampling is reproducible.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+
 #include "base/cpu.h"
 #include "base/error.h"
 #include "engine/engine.h"
@@ -217,6 +220,64 @@ INSTANTIATE_TEST_SUITE_P(SharedModels, SpeculativeModel,
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });
+
+// Prompt lookup on a prompt with a screenshot (tiny-qwen35-vl, its golden session's first feed):
+// the checked rows sit after the image, so they must carry its rope offset (rope_delta -21 here)
+// as decode rows do. A script that copies the question after the image makes the lookups propose
+// and keep; the log-probabilities of the scripted tokens (from the model's logits) are those of
+// the run without proposals, on every tier.
+TEST(SpeculativeEngine, PromptLookupWithAnImageKeepsTheLogits) {
+  const std::string model_name = "tiny-qwen35-vl";
+  const nlohmann::json session = golden_session(model_name);
+  const nlohmann::json& image = session["images"][0];
+  PromptImage prompt_image;
+  prompt_image.first = image["first_token_index"];
+  prompt_image.grid_t = image["grid_thw"][0], prompt_image.grid_h = image["grid_thw"][1];
+  prompt_image.grid_w = image["grid_thw"][2];
+  prompt_image.merged_h = image["merged_grid_hw"][0], prompt_image.merged_w = image["merged_grid_hw"][1];
+  std::ifstream pixels_file(ELLM_SHARED "/golden/" + model_name + "/" + image["pixel_values"].get<std::string>(),
+                            std::ios::binary);
+  std::vector<float> pixels(size_t(prompt_image.grid_t * prompt_image.grid_h * prompt_image.grid_w * 1536));
+  pixels_file.read(reinterpret_cast<char*>(pixels.data()), std::streamsize(pixels.size() * sizeof(float)));
+  ASSERT_TRUE(pixels_file) << "image0_pixel_values.f32";
+  prompt_image.pixel_values = std::make_shared<const std::vector<float>>(std::move(pixels));
+  prompt_image.content_hash = 0x5c4ee45407ull;
+  const std::vector<int32_t> prompt = session["feeds"][0].get<std::vector<int32_t>>();
+  // The question after the image ("What is on this screen? Is there an error?"), three times.
+  const int64_t question = prompt_image.first + prompt_image.n_tokens() + 1;
+  std::vector<int32_t> script;
+  for (int i = 0; i < 3; ++i) script.insert(script.end(), prompt.begin() + question, prompt.begin() + question + 11);
+
+  const Isa saved = active_isa();
+  for (Isa isa : test::tiers_under_test()) {
+    set_active_isa(isa);
+    std::vector<Outcome> outs;
+    int64_t kept = 0;
+    for (Proposer proposer : {Proposer::none, Proposer::ngram}) {
+      EngineOptions options = spec_options(proposer, 4);
+      options.scripted_outputs = {script};
+      Engine engine(Model::load(ELLM_SHARED "/models/" + model_name, spec_limits(256, 1, 4)), test_tokenizer(),
+                    options);
+      GenerateRequest r = greedy(prompt, int64_t(script.size()));
+      r.images = {prompt_image};
+      r.sampling.top_logprobs = 0;
+      outs.push_back(collect(engine.submit(r)));
+      kept = accepted(engine.metrics(), Proposer::ngram);
+    }
+    ASSERT_EQ(outs[0].ids, script) << outs[0].end.error;
+    ASSERT_EQ(outs[1].ids, script) << outs[1].end.error;
+    EXPECT_GT(kept, int64_t(script.size()) / 3) << isa_name(isa);
+    ASSERT_EQ(outs[0].logprobs.size(), script.size());
+    ASSERT_EQ(outs[1].logprobs.size(), script.size());
+    double worst = 0;
+    for (size_t i = 0; i < script.size(); ++i)
+      worst = std::max(worst, double(std::abs(outs[0].logprobs[i].logprob - outs[1].logprobs[i].logprob)));
+    std::printf("[%s %s] prompt lookup after an image: %lld of %zu tokens from proposals, logprob max |diff| %.2e\n",
+                model_name.c_str(), isa_name(isa), (long long)kept, script.size(), worst);
+    EXPECT_LT(worst, 1e-3) << isa_name(isa);
+  }
+  set_active_isa(saved);
+}
 
 // Sampling with proposals: a seeded request gives the same tokens every time.
 TEST(SpeculativeEngine, SeededSamplingIsReproducible) {

@@ -135,16 +135,26 @@ void Scheduler::add_proposals(size_t n_decode) {
     if (request.proposer == Proposer::ngram && depth_[i] > 0) {
       const auto start = Clock::now();
       part.proposed = propose_ngram(request.sequence, depth_[i], proposals_[part.slot].data());
+      // A copy that reaches an image's pads ends before them: a pad is not a token to generate.
+      for (int64_t j = 0; j < part.proposed; ++j)
+        if (is_image_identity(proposals_[part.slot][j])) part.proposed = j;
       local_metrics_.speculative[int(Proposer::ngram)].propose_seconds += seconds_between(start, Clock::now());
     }
-    const BatchToken next = batch_[i];
+    BatchToken next = batch_[i];
     if (part.proposed == 0) {
       spec_batch_.push_back(next);
       continue;
     }
-    spec_batch_.push_back({next.token, next.slot, next.position, true, true});
-    for (int64_t j = 0; j < part.proposed; ++j)
-      spec_batch_.push_back({proposals_[part.slot][j], next.slot, int32_t(next.position + 1 + j), true, true});
+    next.speculative = true;
+    spec_batch_.push_back(next);
+    for (int64_t j = 0; j < part.proposed; ++j) {
+      // Through the request's images for the rope position after them (text ids only here).
+      BatchToken proposal;
+      request.images.token(model_, image_rows_, request.request.images, proposals_[part.slot][j], next.slot,
+                           next.position + 1 + j, true, proposal);
+      proposal.speculative = true;
+      spec_batch_.push_back(proposal);
+    }
     part.count = 1 + part.proposed;
   }
   spec_batch_.insert(spec_batch_.end(), batch_.begin() + ptrdiff_t(n_decode), batch_.end());
