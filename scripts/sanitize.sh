@@ -2,8 +2,9 @@
 # Builds ellm with a sanitizer into build-KIND (or $BUILD_DIR) and runs tests under it:
 #   asan  AddressSanitizer + UndefinedBehaviorSanitizer, with clang: every unit test, then the
 #         server's end-to-end tests (routes and bad input, load, hostile clients, the openai
-#         client). The build also holds the libFuzzer targets (-DELLM_FUZZ=ON: the code carries
-#         the fuzzers' coverage counters too), so scripts/fuzz.sh can run them from it.
+#         client). The build also holds the libFuzzer targets (-DELLM_FUZZ=ON: the parsers of
+#         untrusted input carry the fuzzers' coverage counters, the kernels, the forward, the
+#         engine and the tests do not), so scripts/fuzz.sh can run them from it.
 #   tsan  ThreadSanitizer: the engine (scheduler) and server unit tests, then the server's
 #         end-to-end tests, which drive the scheduler, the HTTP threads and shutdown at once.
 # Every process's reports (the servers the end-to-end tests start included) go to
