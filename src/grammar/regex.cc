@@ -250,6 +250,9 @@ class Builder {
   Regex& r_;
 };
 
+// A position with no byte left (masked away in the builder) is never entered: no distance.
+bool enterable(const Regex& regex, size_t p) { return (regex.class_bits[p][0] | regex.class_bits[p][1]) != 0; }
+
 int32_t min_distance(const Regex& regex, uint64_t positions, size_t row) {
   const int32_t* distance = regex.distance.data() + row * regex.class_bits.size();
   int32_t best = INT32_MAX;
@@ -268,17 +271,15 @@ Regex compile_regex(const std::string& pattern) {
   // Bytes from each position to an accepting one (Bellman-Ford over at most 63 positions).
   const size_t n = regex.class_bits.size();
   regex.distance.assign(n, INT32_MAX);
-  // A position with no byte left (masked away in the builder) is never entered: no distance.
-  auto enterable = [&](size_t p) { return (regex.class_bits[p][0] | regex.class_bits[p][1]) != 0; };
   for (size_t p = 0; p < n; ++p)
-    if ((regex.last >> p & 1) && enterable(p)) regex.distance[p] = 0;
+    if ((regex.last >> p & 1) && enterable(regex, p)) regex.distance[p] = 0;
   for (size_t round = 0; round < n; ++round)
     for (size_t p = 0; p < n; ++p) {
-      if (!enterable(p)) continue;
+      if (!enterable(regex, p)) continue;
       uint64_t next = regex.follow[p];
       for (; next; next &= next - 1) {
         int q = std::countr_zero(next);
-        if ((regex.class_bits[q][0] | regex.class_bits[q][1]) && regex.distance[q] != INT32_MAX)
+        if (enterable(regex, size_t(q)) && regex.distance[q] != INT32_MAX)
           regex.distance[p] = std::min(regex.distance[p], regex.distance[q] + 1);
       }
     }
@@ -313,11 +314,11 @@ void regex_require_length(Regex& regex, int32_t min_length) {
   // At least r bytes after p: one byte to a next position q, then at least r - 1 after q.
   for (; r < rows; ++r)
     for (size_t p = 0; p < n; ++p) {
-      if (!(regex.class_bits[p][0] | regex.class_bits[p][1])) continue;  // never entered
+      if (!enterable(regex, p)) continue;
       for (uint64_t next = regex.follow[p]; next; next &= next - 1) {
         const int q = std::countr_zero(next);
         const int32_t after = regex.distance[(r - 1) * n + size_t(q)];
-        if ((regex.class_bits[q][0] | regex.class_bits[q][1]) && after != INT32_MAX)
+        if (enterable(regex, size_t(q)) && after != INT32_MAX)
           regex.distance[r * n + p] = std::min(regex.distance[r * n + p], after + 1);
       }
     }
