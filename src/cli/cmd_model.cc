@@ -145,7 +145,8 @@ bool quantize_int4_requested(const CLI::App& app) { return quantize_requested(ap
 void add_activations_option(CLI::App& app) {
   app.add_option("--activations", "inputs of INT4 products: bf16 (the reference's numeric path), "
                                   "int8 (quantised per 32 inputs, vpdpbusd) or auto (int8 where "
-                                  "the CPU has VNNI, else bf16)")
+                                  "the CPU has VNNI; on AVX2 without it the faster of the two, "
+                                  "timed at load)")
       ->check(CLI::IsMember({"auto", "bf16", "int8"}))
       ->default_str("auto");
 }

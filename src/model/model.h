@@ -34,7 +34,8 @@ class ProfileSink {
 
 // The inputs of INT4 matrix products (--activations): BF16 (the goldens' numeric path), or
 // quantised to int8 per 32 inputs for vpdpbusd (kernels.h); automatic: int8 where the tier has
-// VNNI (AVX-512, AMX, AVX2 with AVX-VNNI), else BF16.
+// VNNI (AVX-512, AMX, AVX2 with AVX-VNNI), BF16 on the scalar tier, and on AVX2 without VNNI
+// whichever this CPU runs faster (model/load/int4_activations.h).
 enum class ActivationDtype { automatic, bf16, int8 };
 
 struct ServingLimits {

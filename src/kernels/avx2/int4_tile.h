@@ -58,8 +58,7 @@ template <class Dot>
 struct Int4Codes {
   static constexpr int kF32TileRows = 4;
   static constexpr int kInt8TileRows = 4;
-  static constexpr int kPairRows = 1;
-  // One row of two blocks takes each block whole; otherwise the low and the high 16 columns one
+  // One row of FP32 sums takes the block whole; otherwise the low and the high 16 columns one
   // after the other, so that the sums stay in registers.
   static constexpr int part_vectors(bool int8, int rows) { return !int8 && rows == 1 ? 4 : 2; }
 

@@ -42,7 +42,6 @@ inline __m512i zeros_of(const uint8_t* zeros) {
 struct Int4Codes {
   static constexpr int kF32TileRows = 12;  // 24 FMA chains
   static constexpr int kInt8TileRows = 4;  // 8 int32 sums and 8 partial sums
-  static constexpr int kPairRows = 2;
   static constexpr int part_vectors(bool, int) { return 2; }
 
   using Quad = __m512i;
