@@ -18,60 +18,51 @@ namespace ellm::simd {
 
 constexpr int64_t kFp8DecodeRows = 4;
 
-// For blocks j < B (codes + j * ldc) and rows r < R, over kVecs vectors of columns from `codes`
-// on: out[j][r][cols] += (xf[r][len] . codes_j[len][cols]) * factors[j]; xf rows ldxf apart, out
-// blocks ldo floats apart (rows 32). codes at this 128's first k. Every code is widened once per
-// call, for all R rows; the R x B x kVecs partial sums must fit in registers (fp8_rows).
-template <class V, int R, int B, int kVecs>
-inline void fp8_tile(const float* xf, int64_t ldxf, const uint8_t* codes, int64_t ldc, int64_t len,
-                     const float* factors, float* out, int64_t ldo) {
+// For rows r < R, over kVecs vectors of columns from `codes` on: out[r][cols] += (xf[r][len] .
+// codes[len][cols]) * factor; xf rows ldxf apart, out rows 32 floats apart. codes at this 128's
+// first k. Every code is widened once per call, for all R rows; the R x kVecs partial sums must
+// fit in registers (fp8_rows).
+template <class V, int R, int kVecs>
+inline void fp8_tile(const float* xf, int64_t ldxf, const uint8_t* codes, int64_t len,
+                     float factor, float* out) {
   using F = typename V::F;
   // Every loop unrolled, so the partial sums stay in registers.
-  F partial[B][R][kVecs];
+  F partial[R][kVecs];
 #pragma GCC unroll 8
-  for (int j = 0; j < B; ++j)
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int v = 0; v < kVecs; ++v) partial[j][r][v] = V::zero();
+    for (int v = 0; v < kVecs; ++v) partial[r][v] = V::zero();
   for (int64_t kk = 0; kk < len; ++kk) {
+    F w[kVecs];
+    const uint8_t* c = codes + kk * kFp8Cols;
 #pragma GCC unroll 8
-    for (int j = 0; j < B; ++j) {
-      F w[kVecs];
-      const uint8_t* c = codes + j * ldc + kk * kFp8Cols;
+    for (int v = 0; v < kVecs; v += 2) V::load_fp8_x2(c + v * V::kLanes, w[v], w[v + 1]);
 #pragma GCC unroll 8
-      for (int v = 0; v < kVecs; v += 2) V::load_fp8_x2(c + v * V::kLanes, w[v], w[v + 1]);
+    for (int r = 0; r < R; ++r) {
+      F a = V::set1(xf[r * ldxf + kk]);
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        F a = V::set1(xf[r * ldxf + kk]);
-#pragma GCC unroll 8
-        for (int v = 0; v < kVecs; ++v) partial[j][r][v] = V::fmadd(a, w[v], partial[j][r][v]);
-      }
+      for (int v = 0; v < kVecs; ++v) partial[r][v] = V::fmadd(a, w[v], partial[r][v]);
     }
   }
+  const F scale = V::set1(factor * 256.0f);  // the codes were widened times 2^-8
 #pragma GCC unroll 8
-  for (int j = 0; j < B; ++j) {
-    const F factor = V::set1(factors[j] * 256.0f);  // the codes were widened times 2^-8
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int v = 0; v < kVecs; ++v) {
-        float* o = out + j * ldo + r * kFp8Cols + v * V::kLanes;
-        V::store(o, V::fmadd(partial[j][r][v], factor, V::load(o)));
-      }
-  }
+    for (int v = 0; v < kVecs; ++v) {
+      float* o = out + r * kFp8Cols + v * V::kLanes;
+      V::store(o, V::fmadd(partial[r][v], scale, V::load(o)));
+    }
 }
 
 // One block of 32 columns for R rows: in parts of columns narrow enough that R rows' partial sums
 // stay in registers (on AVX2, 4 rows take the block in 2 halves of 16 columns).
 template <class V, int R>
-void fp8_rows(const float* xf, int64_t ldxf, const uint8_t* codes, int64_t ldc, int64_t len,
-              const float* factors, float* out, int64_t ldo) {
+void fp8_rows(const float* xf, int64_t ldxf, const uint8_t* codes, int64_t len, float factor,
+              float* out) {
   constexpr int kVectors = int(kFp8Cols) / V::kLanes;
   constexpr int kPart = R * kVectors <= 8 ? kVectors : 2;
   for (int v0 = 0; v0 < kVectors; v0 += kPart)
-    fp8_tile<V, R, 1, kPart>(xf, ldxf, codes + v0 * V::kLanes, ldc, len, factors,
-                             out + v0 * V::kLanes, ldo);
+    fp8_tile<V, R, kPart>(xf, ldxf, codes + v0 * V::kLanes, len, factor, out + v0 * V::kLanes);
 }
 
 // MatmulFn for FP8 weights and m <= kFp8DecodeRows rows.
@@ -95,11 +86,9 @@ void matmul_fp8(const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, f
       const uint8_t* codes = w.codes.get() + b * k * kFp8Cols;
       for (int64_t kb = 0; kb < w.k_blocks; ++kb) {
         const int64_t k0 = kb * kFp8BlockK, len = std::min(kFp8BlockK, k - k0);
-        const float factor = w.scales[b * w.k_blocks + kb];
         constexpr decltype(&fp8_rows<V, 1>) by_rows[] = {fp8_rows<V, 1>, fp8_rows<V, 2>,
                                                         fp8_rows<V, 3>, fp8_rows<V, 4>};
-        by_rows[m - 1](xf + k0, k, codes + k0 * kFp8Cols, k * kFp8Cols, len, &factor, out,
-                       m * kFp8Cols);
+        by_rows[m - 1](xf + k0, k, codes + k0 * kFp8Cols, len, w.scales[b * w.k_blocks + kb], out);
       }
       for (int64_t r = 0; r < m; ++r)
         std::copy_n(out + r * kFp8Cols, cols, y + r * ldy + b * kFp8Cols);

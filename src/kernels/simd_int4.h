@@ -85,12 +85,11 @@ void int4_prepare(const bf16* x, int64_t ldx, int64_t rows, const PackedWeights&
 }
 
 // One group of a block as the tiers' group kernels take it: where its codes, factors and zeros
-// start (those of the next block ldc and ldp further), and its inputs.
+// start, and its inputs.
 struct Int4Group {
   const uint8_t* codes;
   const float* scales;
   const uint8_t* zeros;
-  int64_t ldc, ldp;
   int64_t len;  // inputs (w.group)
   int64_t k0;   // the first one
   int64_t a0;   // the first int8 block (int8 inputs)
@@ -99,8 +98,6 @@ struct Int4Group {
       : codes(w.codes.get() + b * w.k * 16),
         scales(w.scales.get() + b * w.groups * kInt4Cols),
         zeros(w.zeros.get() + b * w.groups * kInt4Cols),
-        ldc(w.k * 16),
-        ldp(w.groups * kInt4Cols),
         len(w.group),
         k0(0),
         a0(0),

@@ -35,73 +35,64 @@
 
 namespace ellm::simd {
 
-// out[j][r][kLanes v] = part[j][r][v - V0] * the group's factors + out, v in [V0, V0 + kVecs)
-// (out rows 32 floats apart, blocks R rows apart).
-template <class V, int R, int B, int V0, int kVecs>
-inline void int4_add_scaled(const typename V::F (&part)[B][R][kVecs], const Int4Group& at,
-                            float* out) {
-#pragma GCC unroll 2
-  for (int j = 0; j < B; ++j)
+// out[r][kLanes v] = part[r][v - V0] * the group's factors + out, v in [V0, V0 + kVecs) (out
+// rows 32 floats apart).
+template <class V, int R, int V0, int kVecs>
+inline void int4_add_scaled(const typename V::F (&part)[R][kVecs], const Int4Group& at, float* out) {
 #pragma GCC unroll 12
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int v = 0; v < kVecs; ++v) {
-        float* o = out + (j * R + r) * kInt4Cols + V::kLanes * (V0 + v);
-        const typename V::F factor = V::load(at.scales + j * at.ldp + V::kLanes * (V0 + v));
-        V::store(o, V::fmadd(part[j][r][v], factor, V::load(o)));
-      }
-}
-
-// zero[j][v] = to_zero(the zero points of vector V0 + v of block j), part = 0: a group kernel's
-// start.
-template <class V, int R, int B, int V0, int kVecs, class Zero, class ToZero>
-inline void int4_start(const Int4Group& at, ToZero&& to_zero, Zero (&zero)[B][kVecs],
-                       typename V::F (&part)[B][R][kVecs]) {
-#pragma GCC unroll 2
-  for (int j = 0; j < B; ++j)
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < kVecs; ++v) {
-      zero[j][v] = to_zero(at.zeros + j * at.ldp + V::kLanes * (V0 + v));
-#pragma GCC unroll 12
-      for (int r = 0; r < R; ++r) part[j][r][v] = V::zero();
+      float* o = out + r * kInt4Cols + V::kLanes * (V0 + v);
+      const typename V::F factor = V::load(at.scales + V::kLanes * (V0 + v));
+      V::store(o, V::fmadd(part[r][v], factor, V::load(o)));
     }
 }
 
-// out[j][r][kLanes v] = (sum over the group of x * (q - zero)) * factor + out for blocks j < B,
-// rows r < R and vectors v in [V0, V0 + kVecs).
-template <class V, class W, int R, int B, int V0, int kVecs>
+// zero[v] = to_zero(the zero points of vector V0 + v), part = 0: a group kernel's start.
+template <class V, int R, int V0, int kVecs, class Zero, class ToZero>
+inline void int4_start(const Int4Group& at, ToZero&& to_zero, Zero (&zero)[kVecs],
+                       typename V::F (&part)[R][kVecs]) {
+#pragma GCC unroll 4
+  for (int v = 0; v < kVecs; ++v) {
+    zero[v] = to_zero(at.zeros + V::kLanes * (V0 + v));
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) part[r][v] = V::zero();
+  }
+}
+
+// out[r][kLanes v] = (sum over the group of x * (q - zero)) * factor + out for rows r < R and
+// vectors v in [V0, V0 + kVecs).
+template <class V, class W, int R, int V0, int kVecs>
 void int4_f32_group(const Int4Rows& in, int64_t r0, const Int4Group& at, float* out) {
   using F = typename V::F;
   using I = typename V::I;
   constexpr int kVectors = int(kInt4Cols) / V::kLanes;
   const float* xf = in.xf + r0 * in.ld + at.k0;
-  typename W::F32Zero zero[B][kVecs];
-  F part[B][R][kVecs];
-  int4_start<V, R, B, V0, kVecs>(at, W::f32_zero, zero, part);
+  typename W::F32Zero zero[kVecs];
+  F part[R][kVecs];
+  int4_start<V, R, V0, kVecs>(at, W::f32_zero, zero, part);
   for (int64_t q = 0; q < at.len / 4; ++q) {
-#pragma GCC unroll 2
-    for (int j = 0; j < B; ++j) {
-      const typename W::Quad quad = W::load(at.codes + j * at.ldc + q * 64);
-      auto input = [&](auto t) {  // input t of the quad, t a std::integral_constant
-        I nibbles[kVectors];
-        W::template nibbles<decltype(t)::value>(quad, nibbles);
-        F wv[kVecs];
+    const typename W::Quad quad = W::load(at.codes + q * 64);
+    auto input = [&](auto t) {  // input t of the quad, t a std::integral_constant
+      I nibbles[kVectors];
+      W::template nibbles<decltype(t)::value>(quad, nibbles);
+      F wv[kVecs];
 #pragma GCC unroll 4
-        for (int v = 0; v < kVecs; ++v) wv[v] = W::f32_weight(nibbles[V0 + v], zero[j][v]);
+      for (int v = 0; v < kVecs; ++v) wv[v] = W::f32_weight(nibbles[V0 + v], zero[v]);
 #pragma GCC unroll 12
-        for (int r = 0; r < R; ++r) {
-          const F a = V::set1(xf[r * in.ld + 4 * q + decltype(t)::value]);
+      for (int r = 0; r < R; ++r) {
+        const F a = V::set1(xf[r * in.ld + 4 * q + decltype(t)::value]);
 #pragma GCC unroll 4
-          for (int v = 0; v < kVecs; ++v) part[j][r][v] = V::fmadd(a, wv[v], part[j][r][v]);
-        }
-      };
-      input(std::integral_constant<int, 0>());
-      input(std::integral_constant<int, 1>());
-      input(std::integral_constant<int, 2>());
-      input(std::integral_constant<int, 3>());
-    }
+        for (int v = 0; v < kVecs; ++v) part[r][v] = V::fmadd(a, wv[v], part[r][v]);
+      }
+    };
+    input(std::integral_constant<int, 0>());
+    input(std::integral_constant<int, 1>());
+    input(std::integral_constant<int, 2>());
+    input(std::integral_constant<int, 3>());
   }
-  int4_add_scaled<V, R, B, V0, kVecs>(part, at, out);
+  int4_add_scaled<V, R, V0, kVecs>(part, at, out);
 }
 
 // Codes fetched this many bytes ahead of the int8 kernel's loads. On AMD EPYC Zen 5 (AVX-512)
@@ -111,7 +102,7 @@ void int4_f32_group(const Int4Rows& in, int64_t r0, const Int4Group& at, float* 
 constexpr int64_t kInt4FetchAhead = 1024;
 
 // The same with int8 inputs in blocks of kA (0: at.A).
-template <class V, class W, int R, int B, int V0, int kVecs, int kA>
+template <class V, class W, int R, int V0, int kVecs, int kA>
 void int4_int8_group(const Int4Rows& in, int64_t r0, const Int4Group& at, float* out) {
   using F = typename V::F;
   using I = typename V::I;
@@ -120,60 +111,50 @@ void int4_int8_group(const Int4Rows& in, int64_t r0, const Int4Group& at, float*
   const int8_t* xq = in.xq + r0 * in.ld + at.k0;
   const int32_t* s = in.s + r0 * in.ldb + at.a0;
   const float* d = in.d + r0 * in.ldb + at.a0;
-  typename W::Int8Zero zero[B][kVecs];
-  F part[B][R][kVecs];
-  int4_start<V, R, B, V0, kVecs>(at, W::int8_zero, zero, part);
+  typename W::Int8Zero zero[kVecs];
+  F part[R][kVecs];
+  int4_start<V, R, V0, kVecs>(at, W::int8_zero, zero, part);
   for (int64_t a = 0; a < at.len / A; ++a) {
-    I sum[B][R][kVecs];  // from -zero * s
-#pragma GCC unroll 2
-    for (int j = 0; j < B; ++j)
+    I sum[R][kVecs];  // from -zero * s
 #pragma GCC unroll 12
-      for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-        for (int v = 0; v < kVecs; ++v)
-          sum[j][r][v] = W::start(zero[j][v], W::minus_s(s[r * in.ldb + a]));
+      for (int v = 0; v < kVecs; ++v) sum[r][v] = W::start(zero[v], W::minus_s(s[r * in.ldb + a]));
 #pragma GCC unroll 8
     for (int64_t q = 0; q < A / 4; ++q) {
       const int64_t kk = a * A + 4 * q;
-#pragma GCC unroll 2
-      for (int j = 0; j < B; ++j) {
-        I codes[kVectors];
-        _mm_prefetch(reinterpret_cast<const char*>(at.codes + j * at.ldc + kk * 16 + kInt4FetchAhead),
-                     _MM_HINT_T0);
-        W::int8_codes(W::load(at.codes + j * at.ldc + kk * 16), codes);
+      _mm_prefetch(reinterpret_cast<const char*>(at.codes + kk * 16 + kInt4FetchAhead), _MM_HINT_T0);
+      I codes[kVectors];
+      W::int8_codes(W::load(at.codes + kk * 16), codes);
 #pragma GCC unroll 12
-        for (int r = 0; r < R; ++r) {
-          int32_t four;
-          std::memcpy(&four, xq + r * in.ld + kk, 4);
-          const I x4 = V::set1_i(four);
+      for (int r = 0; r < R; ++r) {
+        int32_t four;
+        std::memcpy(&four, xq + r * in.ld + kk, 4);
+        const I x4 = V::set1_i(four);
 #pragma GCC unroll 4
-          for (int v = 0; v < kVecs; ++v) sum[j][r][v] = W::dot(sum[j][r][v], codes[V0 + v], x4);
-        }
+        for (int v = 0; v < kVecs; ++v) sum[r][v] = W::dot(sum[r][v], codes[V0 + v], x4);
       }
     }
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
       const F factor = V::set1(d[r * in.ldb + a]);
-#pragma GCC unroll 2
-      for (int j = 0; j < B; ++j)
 #pragma GCC unroll 4
-        for (int v = 0; v < kVecs; ++v)
-          part[j][r][v] = V::fmadd(V::to_float(sum[j][r][v]), factor, part[j][r][v]);
+      for (int v = 0; v < kVecs; ++v) part[r][v] = V::fmadd(V::to_float(sum[r][v]), factor, part[r][v]);
     }
   }
-  int4_add_scaled<V, R, B, V0, kVecs>(part, at, out);
+  int4_add_scaled<V, R, V0, kVecs>(part, at, out);
 }
 
-// A whole group of R rows of B blocks, W::part_vectors(kInt8, R) vectors of columns at a time.
-template <class V, class W, bool kInt8, int R, int B, int kA>
+// A whole group of R rows, W::part_vectors(kInt8, R) vectors of columns at a time.
+template <class V, class W, bool kInt8, int R, int kA>
 void int4_group(const Int4Rows& in, int64_t r0, const Int4Group& at, float* out) {
   constexpr int kVectors = int(kInt4Cols) / V::kLanes, kPart = W::part_vectors(kInt8, R);
   static_assert(kVectors % kPart == 0);
   [&]<int... p>(std::integer_sequence<int, p...>) {
     if constexpr (kInt8)
-      (int4_int8_group<V, W, R, B, p * kPart, kPart, kA>(in, r0, at, out), ...);
+      (int4_int8_group<V, W, R, p * kPart, kPart, kA>(in, r0, at, out), ...);
     else
-      (int4_f32_group<V, W, R, B, p * kPart, kPart>(in, r0, at, out), ...);
+      (int4_f32_group<V, W, R, p * kPart, kPart>(in, r0, at, out), ...);
   }(std::make_integer_sequence<int, kVectors / kPart>());
 }
 
@@ -185,7 +166,7 @@ struct Int4Tier {
 
   template <bool kInt8Inputs, int kA, int... R>
   static constexpr std::array<GroupFn, sizeof...(R)> by_rows(std::integer_sequence<int, R...>) {
-    return {int4_group<V, W, kInt8Inputs, R + 1, 1, kA>...};
+    return {int4_group<V, W, kInt8Inputs, R + 1, kA>...};
   }
   static constexpr auto kF32 = by_rows<false, 0>(std::make_integer_sequence<int, W::kF32TileRows>());
   static constexpr auto kInt8 = by_rows<true, 32>(std::make_integer_sequence<int, W::kInt8TileRows>());

@@ -62,7 +62,10 @@ def stream_events(s, body):
 def check_auto_call(fmt, call_text, template_args):
     with Server(TINY) as s:
         scripted = token_ids(s, BEFORE, call_text)
-    with Server(TINY, *template_args, "--scripted-output", ",".join(map(str, scripted))) as s:
+    # 10 ms per token: the reader keeps pace, so the arguments' fragments do not merge (a stream
+    # merges the text its reader has not taken yet; under a loaded CI machine they did).
+    with Server(TINY, *template_args, "--scripted-output", ",".join(map(str, scripted)),
+                "--scripted-token-ms", "10") as s:
         for tool_choice in (None, "auto"):
             body = {"messages": MESSAGES, "tools": TOOLS, "max_tokens": len(scripted) + 5}
             if tool_choice:
