@@ -119,6 +119,7 @@ ThreadTeam::ThreadTeam(int n_threads, bool pin, bool adaptive)
     : n_(n_threads < 1 ? 1 : n_threads),
       adaptive_(adaptive),
       claimed_(size_t(n_)),
+      busy_(size_t(n_)),
       schedstat_fds_(size_t(n_)),
       window_waits_(size_t(n_)) {
   for (auto& fd : schedstat_fds_) fd.store(-1);
@@ -141,20 +142,33 @@ ThreadTeam::~ThreadTeam() {
 }
 
 void ThreadTeam::run_erased(Task task, void* ctx) {
-  if (n_ == 1) {
-    task(ctx, 0, 1);
-    return;
+  const double start = timing_ ? wall_seconds() : 0;
+  const bool alone = n_ == 1 || solo_now();
+  if (alone) {  // every share here; the workers sleep
+    for (int member = 0; member < n_; ++member) task(ctx, member, n_);
+  } else {
+    if (adaptive_ && ++runs_ % kCheckEvery == 0) check_contention();
+    run_team(task, ctx);
   }
-  if (solo_until_ > 0) {  // the machine is shared: every share here, the workers sleep
-    if (wall_seconds() < solo_until_) {
-      for (int member = 0; member < n_; ++member) task(ctx, member, n_);
-      return;
-    }
-    solo_until_ = 0;
-    retrying_ = true;
-  }
-  if (adaptive_ && ++runs_ % kCheckEvery == 0) check_contention();
-  run_team(task, ctx);
+  if (!timing_) return;
+  const double seconds = wall_seconds() - start;
+  time_.runs += 1;
+  time_.wall_seconds += seconds;
+  if (alone) busy_[0].seconds += seconds;
+}
+
+bool ThreadTeam::solo_now() {
+  if (solo_until_ == 0) return false;
+  if (wall_seconds() < solo_until_) return true;
+  solo_until_ = 0;  // the solo period is over: the team tries again
+  retrying_ = true;
+  return false;
+}
+
+TeamTime ThreadTeam::timing() const {
+  TeamTime t = time_;
+  for (const Busy& b : busy_) t.busy_seconds += b.seconds;
+  return t;
 }
 
 void ThreadTeam::check_contention() {
@@ -191,7 +205,7 @@ void ThreadTeam::run_team(Task task, void* ctx) {
   pending_.store(n_ - 1, std::memory_order_relaxed);
   uint32_t generation = generation_.fetch_add(1, std::memory_order_seq_cst) + 1;
   if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(generation_);
-  task(ctx, 0, n_);
+  run_timed(0);
   for (int member = 1; member < n_; ++member)  // shares no worker has started yet
     if (claim(member, generation)) run_share(member);
   if (spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) return;
@@ -229,8 +243,18 @@ bool ThreadTeam::claim(int member, uint32_t generation) {
   return false;
 }
 
-void ThreadTeam::run_share(int member) {
+void ThreadTeam::run_timed(int member) {
+  if (!timing_) {
+    task_(ctx_, member, n_);
+    return;
+  }
+  const double start = wall_seconds();
   task_(ctx_, member, n_);
+  busy_[member].seconds += wall_seconds() - start;
+}
+
+void ThreadTeam::run_share(int member) {
+  run_timed(member);
   if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
       main_sleeping_.load(std::memory_order_seq_cst))
     futex_wake_all(pending_);

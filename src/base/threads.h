@@ -28,6 +28,17 @@
 
 namespace ellm {
 
+// Where a team's time went, for benchmarks (ThreadTeam::set_timing): its runs (fork-joins), the
+// wall time inside them, and the members' time in their shares, summed (busy). members x wall -
+// busy is the members' idle time inside runs: waking, or waiting for the last share to finish.
+struct TeamTime {
+  int64_t runs = 0;
+  double wall_seconds = 0, busy_seconds = 0;
+  TeamTime operator-(const TeamTime& o) const {
+    return {runs - o.runs, wall_seconds - o.wall_seconds, busy_seconds - o.busy_seconds};
+  }
+};
+
 class ThreadTeam {
  public:
   // adaptive = false keeps the whole team on every run (kernel benchmarks measure the kernels).
@@ -39,6 +50,10 @@ class ThreadTeam {
   int size() const { return n_; }
   // How many times the contention check has sent the team solo.
   int64_t solo_switches() const { return solo_switches_.load(std::memory_order_relaxed); }
+  // Off by default; on, every share and run reads the clock twice. Caller's thread only, between
+  // runs; timing() counts what ran while it was on.
+  void set_timing(bool on) { timing_ = on; }
+  TeamTime timing() const;
 
   // fn(int member, int n_members). No allocation: fn is passed by reference.
   template <class Fn>
@@ -54,8 +69,10 @@ class ThreadTeam {
   void worker_loop(int member);
   bool claim(int member, uint32_t generation);  // true for the first claim of a run's share
   void run_share(int member);                   // runs a claimed share and reports it done
+  void run_timed(int member);                   // runs a share, timing it when timing_
   void run_team(Task task, void* ctx);
   void check_contention();                      // may send the team solo for a while
+  bool solo_now();                              // within a solo period (ends one that is over)
 
   int n_;
   bool adaptive_ = true;
@@ -80,6 +97,14 @@ class ThreadTeam {
   double solo_seconds_ = 0;  // the last solo period's length
   bool retrying_ = false;    // the team is back after a solo period; this window decides
   std::atomic<int64_t> solo_switches_{0};
+  // Timing (set_timing): the runs and their wall time, and each member's busy time, written by
+  // whichever thread runs its share and read by the caller once the run has ended.
+  struct alignas(64) Busy {
+    double seconds = 0;
+  };
+  bool timing_ = false;
+  TeamTime time_;
+  std::vector<Busy> busy_;
 };
 
 // Splits [0, total) into n near-equal parts; returns member's [begin, end).

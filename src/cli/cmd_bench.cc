@@ -71,11 +71,13 @@ struct PassTotals final : ProfileSink {
   uint64_t expert_bytes_read = 0;
   size_t expert_weight_bytes = 0;
   int64_t solo_switches = 0;
+  TeamTime team;
 
   void reset() {
     ops.clear();
     expert_bytes_read = 0;
     solo_switches = 0;
+    team = {};
   }
   void op(const char* name, bool is_gemm, double seconds, double flops, double bytes) override {
     auto it = std::find_if(ops.begin(), ops.end(), [&](const OpTotal& o) { return o.name == name; });
@@ -84,10 +86,13 @@ struct PassTotals final : ProfileSink {
     it->flops += flops;
     it->bytes += bytes;
   }
-  void pass(uint64_t expert_bytes, size_t all_expert_bytes, int64_t solo) override {
+  void pass(uint64_t expert_bytes, size_t all_expert_bytes, int64_t solo, const TeamTime& t) override {
     expert_bytes_read += expert_bytes;
     expert_weight_bytes = all_expert_bytes;
     solo_switches += solo;
+    team.runs += t.runs;
+    team.wall_seconds += t.wall_seconds;
+    team.busy_seconds += t.busy_seconds;
   }
 };
 
@@ -156,6 +161,31 @@ struct Bench {
                     {"delta_rule_fraction_of_f32_peak", delta_flops / delta_seconds / peak_flops_f32},
                     {"delta_rule_share_of_time", delta_seconds / seconds}};
     return out;
+  }
+
+  // Where a decode step's time goes beside its weight stream: the matrix products (lm_head
+  // apart), the other operations (attention, norms, RoPE, ...), the time between operations, and
+  // the thread team: its fork-joins per step, the caller running alone outside them, and the
+  // members' idle time inside them (waking, or waiting for the last share) as a share of all the
+  // members' time.
+  json step_breakdown(double seconds, int64_t steps) const {
+    double products = 0, lm_head = 0, ops = 0;
+    for (const auto& op : totals.ops) {
+      ops += op.seconds;
+      if (op.is_gemm) products += op.seconds;
+      if (op.name == "lm_head") lm_head += op.seconds;
+    }
+    const double members = double(model.limits().threads);
+    const TeamTime& t = totals.team;
+    return {{"step_ms", seconds / double(steps) * 1e3},
+            {"products_share", (products - lm_head) / seconds},
+            {"lm_head_share", lm_head / seconds},
+            {"other_ops_share", (ops - products) / seconds},
+            {"between_ops_share", (seconds - ops) / seconds},
+            {"team_runs_per_step", double(t.runs) / double(steps)},
+            {"team_run_us", t.runs ? t.wall_seconds / double(t.runs) * 1e6 : 0.0},
+            {"caller_alone_share", (seconds - t.wall_seconds) / seconds},
+            {"members_idle_share", (members * t.wall_seconds - t.busy_seconds) / (members * seconds)}};
   }
 
   double bytes_read() const {
@@ -281,6 +311,7 @@ struct Bench {
                 // Times the team found a core shared (runqueue waits) and ran on one thread.
                 {"solo_switches", totals.solo_switches}};
     row.update(profile_json(seconds));
+    row["step"] = step_breakdown(seconds, steps);
     add_expert_figures(row, double(batch * steps), steps);
     return row;
   }
@@ -423,6 +454,21 @@ void print_table(const std::vector<json>& rows, const json& machine) {
         std::printf(" %s %.0f%%", op["op"].get<std::string>().c_str(),
                     100 * op["share"].get<double>());
     std::printf("\n");
+  }
+  std::printf("\ndecode step beside its weight stream (products: the layers' matrix products; members idle:\n"
+              "their time inside the team's runs spent waking or waiting for the last share, of all their time):\n");
+  for (const json& r : rows) {
+    if (!r.contains("step")) continue;
+    const json& s = r["step"];
+    const std::string name = label(r) + " b" + std::to_string(r["batch"].get<int64_t>()) + " ctx " +
+                             std::to_string(r["context"].get<int64_t>());
+    std::printf("  %-24s %.2f ms: products %.0f%%, lm_head %.0f%%, other ops %.0f%%, between ops %.0f%%; "
+                "%.0f team runs (%.1f us each), caller alone %.0f%%, members idle %.0f%%\n",
+                name.c_str(), s["step_ms"].get<double>(), 100 * s["products_share"].get<double>(),
+                100 * s["lm_head_share"].get<double>(), 100 * s["other_ops_share"].get<double>(),
+                100 * s["between_ops_share"].get<double>(), s["team_runs_per_step"].get<double>(),
+                s["team_run_us"].get<double>(), 100 * s["caller_alone_share"].get<double>(),
+                100 * s["members_idle_share"].get<double>());
   }
 }
 

@@ -341,9 +341,11 @@ void Decoder::accept(int slot, int64_t end) {
 void Decoder::report_pass() {
   if (ProfileSink* sink = ctx_.profiler.sink()) {
     const int64_t solo = team_.solo_switches();
+    const TeamTime team = team_.timing();
     sink->pass(ctx_.expert_bytes_read.exchange(0, std::memory_order_relaxed), decoder_weights_->expert_bytes,
-               solo - solo_reported_);
+               solo - solo_reported_, team - team_reported_);
     solo_reported_ = solo;
+    team_reported_ = team;
   }
 }
 
@@ -351,6 +353,8 @@ void Decoder::set_profile_sink(ProfileSink* sink) {
   ctx_.profiler.set_sink(sink);
   ctx_.expert_bytes_read.store(0, std::memory_order_relaxed);
   solo_reported_ = team_.solo_switches();
+  team_.set_timing(sink != nullptr);
+  team_reported_ = team_.timing();
 }
 
 }  // namespace ellm

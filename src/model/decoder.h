@@ -151,6 +151,7 @@ class Decoder : public Model {
   } pass_;
   std::chrono::steady_clock::time_point load_start_;
   int64_t solo_reported_ = 0;  // the team's solo switches at the last report
+  TeamTime team_reported_;     // its timing at the last report
   uint64_t fingerprint_ = 0;
 };
 

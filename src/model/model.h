@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/threads.h"
 #include "kernels/kv_dtype.h"
 #include "model/config.h"
 #include "model/load/mapped_table.h"
@@ -15,7 +16,6 @@
 namespace ellm {
 
 struct ModelConfig;  // model/config.h
-class ThreadTeam;    // base/threads.h
 
 // Where a model reports the work of its passes when a benchmark asks (`ellm bench` sets one);
 // without a sink the model measures nothing.
@@ -26,10 +26,11 @@ class ProfileSink {
   // multiply-adds x 2, and the weight and KV bytes it read.
   virtual void op(const char* name, bool is_gemm, double seconds, double flops, double bytes) = 0;
   // The end of a pass: the MoE expert weight bytes it read and the bytes of all experts of all
-  // layers (0 and 0 for a dense model), and how many times since the last pass the thread team
-  // found its cores shared and ran on one thread.
+  // layers (0 and 0 for a dense model), how many times since the last pass the thread team
+  // found its cores shared and ran on one thread, and the team's runs and time in them since the
+  // last pass (its timing is on while a sink is set).
   virtual void pass(uint64_t expert_bytes_read, size_t expert_weight_bytes,
-                    int64_t solo_switches) = 0;
+                    int64_t solo_switches, const TeamTime& team) = 0;
 };
 
 // The inputs of INT4 matrix products (--activations): BF16 (the goldens' numeric path), or

@@ -31,6 +31,30 @@ TEST(ThreadTeam, EveryMemberRunsOncePerCall) {
   for (auto& h : hits) EXPECT_EQ(h.load(), 1000);
 }
 
+// Timing: nothing counted while off; on, every run, its wall time, and each share's busy time,
+// which a share that sleeps 2 ms fills: member 1 sleeps, member 0 returns at once, so about
+// half of the two members' time in the runs is idle.
+TEST(ThreadTeam, TimingCountsRunsAndTheMembersBusyTime) {
+  ThreadTeam team(2, /*pin=*/false, /*adaptive=*/false);
+  team.run([](int, int) {});
+  EXPECT_EQ(team.timing().runs, 0);
+  team.set_timing(true);
+  for (int round = 0; round < 10; ++round)
+    team.run([](int member, int) {
+      if (member == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    });
+  const TeamTime t = team.timing();
+  EXPECT_EQ(t.runs, 10);
+  EXPECT_GE(t.wall_seconds, 10 * 0.002);
+  EXPECT_GE(t.busy_seconds, 10 * 0.002);
+  EXPECT_LE(t.busy_seconds, 2 * t.wall_seconds);
+  EXPECT_GT(2 * t.wall_seconds - t.busy_seconds, 0.4 * t.wall_seconds) << "member 0 waited";
+  team.set_timing(false);
+  team.run([](int, int) {});
+  EXPECT_EQ(team.timing().runs, 10);
+  EXPECT_EQ((team.timing() - t).wall_seconds, 0);
+}
+
 // Runs rounds until the worker (not the caller) has run member 1's share; the caller's share
 // waits up to 50 ms for it to start, so a loaded machine still gives the worker its chance.
 // Returns what `on_worker` recorded, or false if the worker never ran a share.

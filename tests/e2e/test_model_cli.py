@@ -250,6 +250,20 @@ def main():
               "a context that is also a prompt length is prefilled; the other one is zeros")
         check(decodes[-1]["bytes_per_step"] > decodes[0]["bytes_per_step"],
               "decode at context 300 reads more bytes per step (K/V) than at 64")
+        # The step beside its weight stream: shares of the step that add up, the team's runs the
+        # same count every step (a fixed plan per layer), members' idle a share of their time.
+        for x in decodes:
+            st = x["step"]
+            shares = st["products_share"] + st["lm_head_share"] + st["other_ops_share"] + st["between_ops_share"]
+            check(abs(shares - 1) < 1e-6 and st["products_share"] > 0 and st["lm_head_share"] > 0 and
+                  st["step_ms"] > 0 and 0 <= st["caller_alone_share"] < 1 and 0 <= st["members_idle_share"] < 1,
+                  f"decode step breakdown: {st}")
+            check(st["team_runs_per_step"] >= 2 and st["team_runs_per_step"] == int(st["team_runs_per_step"]),
+                  f"the team's runs per step: {st}")
+        check(len({x["step"]["team_runs_per_step"] for x in decodes if x["kind"] == "decode"}) == 1,
+              "batch 1 and 2 run the same plan of team runs per step")
+        check("decode step beside its weight stream" in r.stdout and "members idle" in r.stdout,
+              "bench prints the decode step's breakdown")
         check("% of read" in r.stdout, "bench prints its table")
         check(all(x["kv_cache_dtype"] == "fp16" for x in rows[1:]), "bench rows name the KV dtype")
         # With an FP8 KV cache, the zeroed context decodes too, and the rows say so, with its bytes.
