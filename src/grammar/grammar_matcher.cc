@@ -289,6 +289,10 @@ GrammarMatcher::Step GrammarMatcher::string_byte(Frame& f, const GrammarNode& n,
   if (regex) {
     f.bits = regex_step(*regex, f.bits, uint8_t(b));
     if (!f.bits) return Step::dead;
+    // The pattern goes on from here, but maybe not with minLength and maxLength also met: then
+    // this byte leads nowhere (string_bytes would count no way to finish).
+    const int32_t rest = regex_distance(*regex, f.bits, min_length - (f.count + 1));
+    if (rest == INT32_MAX || (max_length >= 0 && f.count + 1 + rest > max_length)) return Step::dead;
   } else if (b >= 0x80) {
     if (b >= 0xc2 && b <= 0xdf) f.utf8_left = 1;
     else if (b >= 0xe0 && b <= 0xef) f.utf8_left = 2;

@@ -142,6 +142,34 @@ TEST(JsonSchema, PatternBytesAStringCannotCarryAreNeverCountedOn) {
   EXPECT_EQ(refusal(R"({"type":"string","pattern":"^\\\"$"})", true).first, "pattern");  // only a quote matches
 }
 
+// A byte the pattern allows is refused when no string on from it meets minLength too: after
+// "aa", "-" leaves "-dd=" at most, 6 characters against 7 (the fuzzer's case: "ab-12" was taken,
+// then nothing could finish it). From every state reached, some byte brings the end one closer.
+TEST(JsonSchema, PatternBytesThatCannotMeetTheLengthsAreRefused) {
+  auto g = schema(R"({"type":"string","pattern":"^[a-z]+(-[0-9]{2})=$","minLength":7,"maxLength":12})");
+  EXPECT_FALSE(accepts(g, "\"ab-12=\""));
+  EXPECT_TRUE(accepts(g, "\"abc-12=\""));
+  EXPECT_TRUE(accepts(g, "\"abcdefgh-12=\""));
+  EXPECT_FALSE(accepts(g, "\"abcdefghi-12=\""));  // 13 characters
+  GrammarMatcher m(g.get());
+  EXPECT_TRUE(m.feed("\"aa", 3));
+  GrammarMatcher dash;
+  dash.copy_from(m);
+  EXPECT_FALSE(dash.feed('-'));
+  EXPECT_TRUE(m.feed('a'));
+  for (int64_t need = m.min_bytes(); need > 0; need = m.min_bytes()) {
+    GrammarMatcher next;
+    bool closer = false;
+    for (int b = 0; b < 256 && !closer; ++b) {
+      next.copy_from(m);
+      closer = next.feed(b) && next.min_bytes() == need - 1;
+    }
+    ASSERT_TRUE(closer) << "at " << need << " bytes from the end";
+    m.copy_from(next);
+  }
+  EXPECT_TRUE(m.can_end());
+}
+
 TEST(JsonSchema, AnyOfRefsAndRecursion) {
   auto g = schema(R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},
                         "next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"]}},
