@@ -38,7 +38,7 @@ Int4ActivationChoice measure() {
   std::vector<float> y(size_t(kPrefillRows * kRows));
   // Best of kRounds for each, the two kinds of inputs alternating so that both meet the same
   // moments of a shared machine.
-  auto best = [&](int64_t rows, bool int8) {
+  auto seconds_of = [&](int64_t rows, bool int8) {
     w.int8_inputs = int8;
     const double start = now_seconds();
     matmul(x.data(), rows, kInputs, w, y.data(), kRows, false, 0, 1);
@@ -49,7 +49,7 @@ Int4ActivationChoice measure() {
   for (int round = 0; round <= kRounds; ++round)  // round 0 warms the caches up
     for (int tile = 0; tile < 2; ++tile)
       for (int int8 = 0; int8 < 2; ++int8) {
-        const double t = best(tile ? kPrefillRows : 1, int8 == 1);
+        const double t = seconds_of(tile ? kPrefillRows : 1, int8 == 1);
         if (round > 0) seconds[tile][int8] = std::min(seconds[tile][int8], t);
       }
   Int4ActivationChoice choice;

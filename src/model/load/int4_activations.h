@@ -15,7 +15,7 @@ struct Int4ActivationChoice {
 // the reference path. AVX2 without VNNI (AMD Zen 2/3, older Xeons): int8 inputs go through
 // vpmaddubsw and vpmaddwd, and whether that beats widening the codes to FP32 depends on the
 // core, so both run on a 2048 x 1024 INT4 matrix, one row and a tile of rows, alternating, and
-// the faster wins (faster_int4_activations). Timed once per process and tier (about 20 ms), so
+// the faster wins (faster_int4_activations). Timed once per process and tier (under 0.1 s), so
 // every model a process loads makes the same choice.
 Int4ActivationChoice choose_int4_activations();
 
