@@ -4,6 +4,8 @@
 //    and its fraction of a sequential read measured right after (of_read). At 256 positions
 //    (1 MiB of K and V) the cache stays in L2, so that row is the kernel's compute rate;
 //  - prefill: n queries of one sequence, causal; GFLOP/s.
+// Each in FP32 (products:0) and on BF16 products (products:1; AttentionShape::bf16_products,
+// FP32 on a tier without them).
 //
 //   bench_attention --benchmark_filter=decode
 #include <benchmark/benchmark.h>
@@ -36,7 +38,8 @@ struct Setup {
   std::vector<AttentionSeq> seqs;
 
   // n_seqs sequences of n_q queries each, the queries at the end of `context` positions.
-  Setup(int64_t n_seqs, int64_t n_q, int64_t context) {
+  Setup(int64_t n_seqs, int64_t n_q, int64_t context, bool bf16_products) {
+    shape.bf16_products = bf16_products;
     int64_t tokens = n_seqs * n_q, cache = context * shape.kv_row_stride;
     q = make_buffer<float>(size_t(tokens * shape.ldq));
     out = make_buffer<float>(size_t(tokens * shape.ldo));
@@ -61,7 +64,7 @@ struct Setup {
 
 void BM_decode(benchmark::State& state) {
   int64_t batch = state.range(0), context = state.range(1);
-  Setup setup(batch, 1, context);
+  Setup setup(batch, 1, context, state.range(2) != 0);
   double seconds = 0;
   for (auto _ : state) {
     auto start = std::chrono::steady_clock::now();
@@ -77,20 +80,24 @@ void BM_decode(benchmark::State& state) {
   state.counters["of_read"] = achieved / read;
 }
 BENCHMARK(BM_decode)
-    ->ArgsProduct({{1, 4}, {256, 2048, 8192, 32768}})
-    ->ArgNames({"batch", "context"})
+    ->ArgsProduct({{1, 4}, {256, 2048, 8192, 32768}, {0, 1}})
+    ->ArgNames({"batch", "context", "products"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
 void BM_prefill(benchmark::State& state) {
   int64_t n = state.range(0);
-  Setup setup(1, n, n);
+  Setup setup(1, n, n, state.range(1) != 0);
   for (auto _ : state) setup.run();
   double flops = 4.0 * kHeads * kHeadDim * double(n) * double(n + 1) / 2;
   state.counters["GFLOP/s"] = benchmark::Counter(flops * double(state.iterations()) / 1e9,
                                                  benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_prefill)->Arg(512)->Arg(2048)->Arg(8192)->ArgName("tokens")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_prefill)
+    ->ArgsProduct({{512, 2048, 8192}, {0, 1}})
+    ->ArgNames({"tokens", "products"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace ellm

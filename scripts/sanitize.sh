@@ -72,6 +72,9 @@ if [ "$kind" = asan ]; then
   same_paths='GoldenSession\..*/(tiny_qwen3_moe|tiny_qwen3_fp8|tiny_qwen3_awq|tiny_qwen35|tiny_qwen3_yarn|tiny_qwen35_yarn)( |$)'
   same_paths="$same_paths|^Qwen35Forward\.AnyChunkingGivesTheSameLogitsOnEveryTier"
   same_paths="$same_paths|^Qwen35Snapshots\.|SessionModel\..*/(tiny_qwen35_ram|tiny_qwen35_disk|tiny_qwen35_moe_ram)( |$)"
+  # Attention on BF16 products: a numerics check on every model; its kernels' memory is walked by
+  # the kernel tests (test_kernels' Attention.*), which run here on every tier.
+  same_paths="$same_paths|^Models/GoldenSession\.Bf16Attention"
   # The long-context attention row (a 2,600-row prefill per tier and dtype, 86 s under ASan)
   # walks the split-along-positions path the decode-row tests kept here walk at 2,100 rows.
   same_paths="$same_paths|^Attention\.LongContextRowDoesNotDependOnSplitOrBatch$"

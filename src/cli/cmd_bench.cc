@@ -598,6 +598,7 @@ int cmd_bench(int argc, char** argv) {
   limits.lock_mapped_table = mlock_table_requested(app);
   limits.rope_scaling = rope_scaling;
   limits.kv_dtype = kv_dtype;
+  limits.attention_bf16_products = attention_bf16_requested(app);
   // Its own team and buffer, made before the model takes the memory.
   ThreadTeam probe_team(threads, /*pin=*/true, /*adaptive=*/false);
   ReadBandwidthProbe probe(probe_team, read_probe_bytes());

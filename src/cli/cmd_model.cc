@@ -228,6 +228,7 @@ int cmd_logits(int argc, char** argv) {
   if (int code = parse(app, argc, argv); code >= 0) return code;
   limits.rope_scaling = rope_scaling_requested(app);
   limits.kv_dtype = kv_cache_dtype_requested(app);
+  limits.attention_bf16_products = attention_bf16_requested(app);
   limits.quantize_fp8 = quantize_fp8_requested(app);
   limits.quantize_int4 = quantize_int4_requested(app);
   limits.activations = activations_requested(app);
@@ -290,6 +291,7 @@ int cmd_generate(int argc, char** argv) {
   if (int code = parse(app, argc, argv); code >= 0) return code;
   limits.rope_scaling = rope_scaling_requested(app);
   limits.kv_dtype = kv_cache_dtype_requested(app);
+  limits.attention_bf16_products = attention_bf16_requested(app);
   limits.quantize_fp8 = quantize_fp8_requested(app);
   limits.quantize_int4 = quantize_int4_requested(app);
   limits.activations = activations_requested(app);

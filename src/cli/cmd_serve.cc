@@ -237,6 +237,7 @@ int cmd_serve(int argc, char** argv) {
   limits.threads = threads;
   limits.kv_memory_bytes = parse_byte_size(kv_memory, "serve --kv-memory");
   limits.kv_dtype = kv_cache_dtype_requested(app);
+  limits.attention_bf16_products = attention_bf16_requested(app);
   limits.quantize_fp8 = quantize_fp8_requested(app);
   limits.quantize_int4 = quantize_int4_requested(app);
   limits.activations = activations_requested(app);

@@ -32,8 +32,11 @@ RopeScaling rope_scaling_requested(const CLI::App& app);
 
 // --kv-cache-dtype fp16|bf16|fp8 (serve, bench, logits, generate; kv_dtype_option.cc): the KV
 // cache's element type (ServingLimits::kv_dtype); kv_cache_dtype_requested(app) after parsing.
+// With it, --attention-products fp32|bf16 (ServingLimits::attention_bf16_products):
+// attention_bf16_requested(app).
 void add_kv_cache_dtype_option(CLI::App& app);
 KvDtype kv_cache_dtype_requested(const CLI::App& app);
+bool attention_bf16_requested(const CLI::App& app);
 
 int cmd_make_model(int argc, char** argv);  // cmd_model.cc
 int cmd_logits(int argc, char** argv);      // cmd_model.cc

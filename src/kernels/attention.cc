@@ -3,7 +3,7 @@
 // What a tier supports (tile rows, scratch, decode shapes) comes from its table.
 //
 // Work item = (sequence, KV head, tile of queries, range of positions). A tile holds up to the
-// tier's attention_tile_rows query rows (32; 256 on the AMX tier): tile_queries queries x all
+// tier's attention_tile_rows query rows (32; 256 on BF16 products): tile_queries queries x all
 // `group` query heads sharing the KV head, so each K/V block is read once for the whole group.
 // Items are dealt to members in order by cumulative cost, which balances the causal triangle of a prefill. When a pass has too few items to keep
 // every member busy (decode of few sequences), single-tile sequences are also split along
@@ -33,7 +33,10 @@ namespace ellm {
 namespace {
 
 constexpr int64_t kTileRows = 32;        // query rows (query x head) of a split item
-constexpr int64_t kBlockPositions = 64;  // K/V positions per attention_block call
+// K/V positions per attention_block call of a several-heads item. The BF16 blocks (128
+// positions) and the vector tiers' FP32 ones (64 on AVX-512, 16 on AVX2) start at multiples of
+// it, as in a one-head item's call over a whole segment, so a row's blocks are the same in both.
+constexpr int64_t kBlockPositions = 128;
 constexpr int64_t kSegmentPositions = 1024;
 constexpr int64_t kMaxChunks = 128;      // segments of a sequence split along positions (128k)
 constexpr int64_t kHeaderFloats = 16;  // one cache line: the merge counter
@@ -51,16 +54,32 @@ struct Plan {
   int64_t head_groups;    // parts (by KV heads) of a whole-sequence item too short to split
 };
 
+// True when the pass runs on the tier's BF16-product blocks: every item, decode's included.
+bool bf16_blocks(const AttentionShape& s, const KernelTable& kernels) {
+  return s.bf16_products && s.kv_dtype == KvDtype::f16 && kernels.attention_bf16_products.block;
+}
+
+// What the tier's blocks keep in the scratch from an earlier call: forgotten.
+void forget_block_scratch(const AttentionShape& s, const KernelTable& kernels, float* scratch) {
+  auto forget = bf16_blocks(s, kernels) ? kernels.attention_bf16_products.forget_scratch
+                                        : kernels.forget_attention_scratch;
+  if (forget) forget(scratch);
+}
+
 Plan make_plan(const AttentionShape& s, int n_members, const KernelTable& kernels) {
   Plan p;
+  const bool bf16 = bf16_blocks(s, kernels);
   p.group = s.n_heads / s.n_kv_heads;
-  p.tile_queries = std::max<int64_t>(1, kernels.attention_tile_rows / p.group);
+  p.tile_queries = std::max<int64_t>(1, (bf16 ? kBf16AttentionTileRows : kernels.attention_tile_rows) / p.group);
   p.max_rows = p.tile_queries * p.group;
   p.acc_rows = (p.max_rows + 15) / 16 * 16;
   p.small_queries = std::max<int64_t>(1, kTileRows / p.group);
   p.small_rows = p.small_queries * p.group;
   // m, l, acc, then the block scratch, then a segment's m, l, acc.
+  // (The BF16 blocks run the FP32 ones for the shapes they do not take, in the same scratch.)
   p.block_floats = int64_t(kernels.attention_scratch_floats(p.max_rows, s.head_dim));
+  if (bf16)
+    p.block_floats = std::max(p.block_floats, int64_t(kernels.attention_bf16_products.scratch_floats(s.head_dim)));
   int64_t work = 2 * (2 * p.max_rows + p.acc_rows * s.head_dim) + p.block_floats;
   p.work_floats = (work + 15) / 16 * 16;
   p.partial_floats = (p.small_rows * (s.head_dim + 2) + 15) / 16 * 16;
@@ -175,13 +194,15 @@ void run_range(const Item& it, const AttentionSeq& seq, const AttentionShape& sh
   int64_t hd = shape.head_dim, group = plan.group, per_head = (it.q1 - it.q0) * group;
   int64_t first_end = seq.q_start + it.q0 + 1;
   const KvDtype dtype = shape.kv_dtype;
+  const bool bf16 = bf16_blocks(shape, kernels);
+  AttentionBlockFn* block_fn = bf16 ? kernels.attention_bf16_products.block : kernels.attention_block_for(dtype);
   auto block = [&](const float* q, int64_t h, int64_t b0, int64_t b1, float* bm, float* bl, float* bacc) {
-    kernels.attention_block_for(dtype)(q, shape.ldq, group, per_head, first_end, kv_head(seq.k, shape, h),
+    block_fn(q, shape.ldq, group, per_head, first_end, kv_head(seq.k, shape, h),
                                        kv_head(seq.v, shape, h), kv_factors(seq.k, shape, h),
                                        kv_factors(seq.v, shape, h), shape.kv_row_stride, b0, b1, hd,
                                        shape.scale, bm, bl, bacc, s);
   };
-  if (it.whole && kernels.all_heads_supports(hd, per_head)) {
+  if (it.whole && !bf16 && kernels.all_heads_supports(hd, per_head)) {
     const int64_t h = it.kv_head;
     kernels.all_heads_for(dtype)(seq.q + it.q0 * shape.ldq + h * group * hd, shape.ldq, it.heads,
                                  group, per_head, first_end, kv_head(seq.k, shape, h),
@@ -189,7 +210,7 @@ void run_range(const Item& it, const AttentionSeq& seq, const AttentionShape& sh
                                  kv_factors(seq.v, shape, h), shape.kv_row_stride, p0, p1, hd,
                                  shape.scale, m, l, acc, s);
     // It wrote over what the tier's block kept in the scratch.
-    if (kernels.forget_attention_scratch) kernels.forget_attention_scratch(s);
+    forget_block_scratch(shape, kernels, s);
   }
   else if (it.heads == 1)  // one call for the whole range: the kernel prepares q once
     block(seq.q + it.q0 * shape.ldq + it.kv_head * group * hd, it.kv_head, p0, p1, m, l, acc);
@@ -299,8 +320,7 @@ void attention(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& s
   float* work = scratch + kHeaderFloats + member * plan.work_floats;
   float* partials = scratch + kHeaderFloats + n_members * plan.work_floats;
   // What a block kept from an earlier pass (another layer or sequence) is stale.
-  if (kernels.forget_attention_scratch)
-    kernels.forget_attention_scratch(work + 2 * plan.max_rows + plan.acc_rows * shape.head_dim);
+  forget_block_scratch(shape, kernels, work + 2 * plan.max_rows + plan.acc_rows * shape.head_dim);
 
   int64_t total = 0;
   for_each_item(seqs, n_seqs, shape, plan, splitting, [&](const Item& it) { total += item_cost(it); });

@@ -46,6 +46,10 @@ const KernelTable& kernel_table(Isa isa) {
   return tables[size_t(isa)];
 }
 
+bool has_bf16_attention_products() {
+  return kernel_table(active_isa()).attention_bf16_products.block != nullptr;
+}
+
 void convert_f32_to_bf16(const float* x, bf16* out, int64_t count) {
   kernel_table(active_isa()).convert_f32_to_bf16(x, out, count);
 }

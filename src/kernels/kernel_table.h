@@ -97,7 +97,7 @@ void* thread_scratch(int slot, size_t bytes);
 // the factor of position p ldkv bytes further on (null for FP16 and BF16); a score is
 // (q . codes) * factor * scale, and a probability p weighs a V row as (p * factor) . codes.
 // Online-softmax state per row: running max m[r], sum l[r], unnormalised output acc[r][head_dim].
-// Any p1 - p0 (the driver passes 64 positions at a time, or a whole range for a one-head item);
+// Any p1 - p0 (the driver passes 128 positions at a time, or a whole range for a one-head item);
 // s is scratch of attention_scratch_floats.
 using AttentionBlockFn = void(const float* q, int64_t ldq, int64_t group, int64_t rows,
                               int64_t first_end, const void* k, const void* v,
@@ -138,6 +138,18 @@ inline float finish_dot_lanes(float* lanes, const float* x, const float* w, int6
     for (int64_t l = 0; l < half; ++l) lanes[l] += lanes[l + half];
   return lanes[0];
 }
+
+// A tier's attention block on BF16 products over an FP16 cache (kernels/bf16_attention.h), for a
+// shape that asks for it (AttentionShape::bf16_products): tiles of kBf16AttentionTileRows rows
+// (its acc must have room for rows rounded up to 16), a scratch of scratch_floats(head_dim) that
+// keeps the blocks it packed for the rest of the pass, forgotten by forget_scratch. block is null
+// where the tier has none.
+constexpr int64_t kBf16AttentionTileRows = 256;
+struct Bf16AttentionKernels {
+  AttentionBlockFn* block;
+  size_t (*scratch_floats)(int64_t head_dim);
+  void (*forget_scratch)(float* s);
+};
 
 struct KernelTable {
   ConvertF32ToBf16Fn* convert_f32_to_bf16;
@@ -180,6 +192,8 @@ struct KernelTable {
   AllHeadsFn* attention_block_all_heads_bf16;
   AllHeadsFn* attention_block_all_heads_fp8;
   AllHeadsFn* attention_block_all_heads_int8;
+  // Each tier's own (not inherited from the tier below).
+  Bf16AttentionKernels attention_bf16_products;
 
   AttentionBlockFn* attention_block_for(KvDtype d) const {
     return d == KvDtype::f16    ? attention_block

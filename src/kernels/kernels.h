@@ -340,6 +340,10 @@ struct AttentionShape {
   int64_t kv_row_stride;
   float scale;  // 1/sqrt(head_dim)
   KvDtype kv_dtype = KvDtype::f16;
+  // QK^T and P.V on BF16 products (Q, K, P and V rounded to BF16, FP32 sums) where the tier has
+  // them (AVX-512-BF16, AMX) and the cache is FP16. Every row of such a pass, decode's included,
+  // then goes through the tier's BF16 block kernel, so a row is the same bits in any pass.
+  bool bf16_products = false;
 };
 
 // Scratch floats attention() needs for up to max_seqs sequences, max_tokens queries in a pass,
@@ -358,5 +362,7 @@ size_t attention_scratch_floats(const AttentionShape& shape, int64_t max_tokens,
 // Requires n_heads % n_kv_heads == 0.
 void attention(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& shape,
                float* scratch, int member, int n_members);
+// Whether the active tier has attention on BF16 products (AttentionShape::bf16_products).
+bool has_bf16_attention_products();
 
 }  // namespace ellm

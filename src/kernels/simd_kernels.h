@@ -48,6 +48,7 @@ constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul
       .attention_block_all_heads_bf16 = attention_block_all_heads<V, KvDtype::bf16>,
       .attention_block_all_heads_fp8 = attention_block_all_heads<V, KvDtype::fp8>,
       .attention_block_all_heads_int8 = attention_block_all_heads<V, KvDtype::int8>,
+      .attention_bf16_products = {nullptr, nullptr, nullptr},
   };
 }
 

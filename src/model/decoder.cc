@@ -145,8 +145,19 @@ void Decoder::finish_load(const std::string& model_dir, DecoderWeights& weights,
       message += line;
     }
   }
+  if (bf16_attention_used_)
+    message += ", attention on BF16 products";
+  else if (limits_.attention_bf16_products)
+    message += ", attention in FP32 (--attention-products bf16 takes an fp16 KV cache, a CPU with "
+               "AVX-512-BF16 or AMX, and a Qwen3 or Qwen3.5+ model)";
   describe(message);
   log_info(message);
+}
+
+bool Decoder::bf16_attention() {
+  bf16_attention_used_ = limits_.attention_bf16_products && limits_.kv_dtype == KvDtype::f16 &&
+                         has_bf16_attention_products();
+  return bf16_attention_used_;
 }
 
 // What RAM allows for committed KV once the weights, the recurrent state and the activation plan

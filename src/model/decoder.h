@@ -111,6 +111,13 @@ class Decoder : public Model {
 
   size_t automatic_kv_budget() const;  // --kv-memory's default: what RAM allows
 
+  // Whether attention runs on BF16 products (--attention-products bf16 with an FP16 cache, on a
+  // tier that has them): an architecture that honours it asks here for its AttentionSpec; the
+  // load line and the KV format then say so (the KV rows of later layers depend on it).
+  bool bf16_attention();
+  std::string bf16_attention_tag() const { return bf16_attention_used_ ? " attention=bf16" : ""; }
+  bool bf16_attention_used_ = false;
+
   // Checks a pass's tokens against the limits (Model::forward's errors).
   void validate(std::span<const BatchToken> tokens) const;
   void lm_head(const PassRows& rows, float* logits);

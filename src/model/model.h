@@ -49,6 +49,9 @@ struct ServingLimits {
   // automatic KV budget (kv_memory_bytes 0).
   size_t ram_reserved_bytes = 0;
   KvDtype kv_dtype = KvDtype::f16;  // --kv-cache-dtype: the KV cache's element type
+  // --attention-products bf16: attention on BF16 products where the tier has them and the cache
+  // is FP16 (AttentionShape::bf16_products); the Qwen3 and Qwen3.5+ decoders' full attention.
+  bool attention_bf16_products = false;
   bool quantize_fp8 = false;       // --quantize fp8: BF16 linear weights to FP8 at load
   bool quantize_int4 = false;      // --quantize int4: BF16 or FP8 linear weights to INT4 at load
   bool int4_lm_head = true;        // with quantize_int4: lm_head too

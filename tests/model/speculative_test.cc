@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/cpu.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "model_test_util.h"
 #include "tiers_under_test.h"
@@ -22,8 +23,9 @@ const std::vector<std::string> kModels = {"tiny-qwen3",      "tiny-qwen3-moe", "
 
 using test::shared_model;
 
-ServingLimits spec_limits(int64_t speculative_tokens = 4) {
+ServingLimits spec_limits(int64_t speculative_tokens = 4, bool bf16_attention = false) {
   ServingLimits l;
+  l.attention_bf16_products = bf16_attention;
   l.sequence_length = 64;
   l.batch_size = 2;
   l.threads = 2;
@@ -72,11 +74,14 @@ class Speculative : public testing::TestWithParam<std::string> {
   Isa isa_ = Isa::scalar;
 };
 
+// Also with attention on BF16 products where the tier has them (--attention-products bf16).
 TEST_P(Speculative, GroupsGiveDecodeRowsAndRollBackExactly) {
-  for (Isa isa : test::tiers_under_test()) {
+  for (Isa isa : test::tiers_under_test())
+  for (bool bf16_attention : {false, true}) {
     set_active_isa(isa);
-    const std::string what = GetParam() + " " + isa_name(isa);
-    auto model = Model::load(shared_model(GetParam()), spec_limits());
+    if (bf16_attention && !has_bf16_attention_products()) continue;
+    const std::string what = GetParam() + " " + isa_name(isa) + (bf16_attention ? " bf16 attention" : "");
+    auto model = Model::load(shared_model(GetParam()), spec_limits(4, bf16_attention));
     const int64_t V = model->vocab_size();
     const std::vector<int32_t> p = prompt();
     const int32_t P = int32_t(p.size());

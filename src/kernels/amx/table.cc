@@ -1,18 +1,8 @@
-// The AMX tier's kernel table: the matrix product and the prefill attention block; the entries
-// left out come from the AVX-512 tier (dispatch.cc).
-#include <algorithm>
-
+// The AMX tier's kernel table: the matrix product and the attention block on BF16 products; the
+// entries left out come from the AVX-512 tier (dispatch.cc).
 #include "kernels/amx/amx.h"
 
 namespace ellm {
-namespace {
-
-size_t scratch_floats(int64_t rows, int64_t head_dim) {
-  return std::max(default_attention_scratch_floats(rows, head_dim),
-                  amx::attention_block_scratch_floats(head_dim));
-}
-
-}  // namespace
 
 const KernelTable amx_kernels = {
     // nullptr: the AVX-512 tier's (dispatch.cc fills them in).
@@ -38,21 +28,21 @@ const KernelTable amx_kernels = {
     // AMX one would need the same per-128-k arithmetic in decode and prefill (not written yet).
     .matmul_fp8 = nullptr,
     .matmul_int4 = nullptr,
-    // Each tile packs every K/V block it reads for the tile products, so larger tiles pack less
-    // per row.
-    .attention_tile_rows = 256,
-    .attention_block = amx::attention_block,
-    // BF16, FP8 and int8 caches: the AVX-512 blocks (their widening in FP32; no tiles yet).
+    // FP32 attention: the AVX-512 tier's; on BF16 products (attention_bf16_products) the tiles.
+    .attention_tile_rows = 0,
+    .attention_block = nullptr,
     .attention_block_bf16 = nullptr,
     .attention_block_fp8 = nullptr,
     .attention_block_int8 = nullptr,
-    .attention_scratch_floats = scratch_floats,
-    .forget_attention_scratch = amx::clear_attention_cache,
+    .attention_scratch_floats = nullptr,
+    .forget_attention_scratch = nullptr,
     .all_heads_supports = nullptr,
     .attention_block_all_heads = nullptr,
     .attention_block_all_heads_bf16 = nullptr,
     .attention_block_all_heads_fp8 = nullptr,
     .attention_block_all_heads_int8 = nullptr,
+    .attention_bf16_products = {amx::attention_block, amx::attention_block_scratch_floats,
+                                amx::clear_attention_cache},
 };
 
 }  // namespace ellm

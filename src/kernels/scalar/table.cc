@@ -38,6 +38,7 @@ const KernelTable scalar_kernels = {
     .attention_block_all_heads_bf16 = scalar::all_heads_of<KvDtype::bf16>,
     .attention_block_all_heads_fp8 = scalar::all_heads_of<KvDtype::fp8>,
     .attention_block_all_heads_int8 = scalar::all_heads_of<KvDtype::int8>,
+    .attention_bf16_products = {nullptr, nullptr, nullptr},
 };
 
 }  // namespace ellm

@@ -92,7 +92,8 @@ Qwen3Model::Qwen3Model(const std::string& model_dir, const ModelConfig& config,
   weights_ = load_qwen3_weights(model_dir, c, active_isa(), limits_.quantize_fp8,
                                 limits_.quantize_int4, limits_.int4_lm_head);
   attention_spec_ = {c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-                     c.head_dim, float(c.rms_norm_eps), /*gated=*/false};
+                     c.head_dim, float(c.rms_norm_eps), /*gated=*/false,
+                     bf16_attention()};
   moe_spec_ = {c.hidden_size, c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size,
                c.norm_topk_prob};
   const int64_t widest = std::max({c.hidden_size, c.q_dim(), c.intermediate_size, c.moe_intermediate_size});
@@ -141,7 +142,7 @@ void Qwen3Model::for_each_matrix(const MatrixFn& fn) {
 std::string Qwen3Model::kv_format() const {
   return "qwen3-kv v1 " + std::string(kv_format_tag(memory_.kv().dtype())) + " layers=" + std::to_string(config_.num_hidden_layers) +
          " kv_heads=" + std::to_string(config_.num_key_value_heads) +
-         " head_dim=" + std::to_string(config_.head_dim) + " " + rope_format(config_);
+         " head_dim=" + std::to_string(config_.head_dim) + " " + rope_format(config_) + bf16_attention_tag();
 }
 
 }  // namespace ellm

@@ -203,7 +203,7 @@ Qwen35Model::Qwen35Model(const std::string& model_dir, const ModelConfig& config
     state_layer_.push_back(-1);
   }
   attention_spec_ = {c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-                     c.rotary_dim(), float(c.rms_norm_eps), /*gated=*/true};
+                     c.rotary_dim(), float(c.rms_norm_eps), /*gated=*/true, bf16_attention()};
   deltanet_spec_ = {c.hidden_size, c.linear_num_key_heads, c.linear_num_value_heads,
                     c.linear_key_head_dim, c.linear_value_head_dim, c.linear_conv_kernel_dim,
                     float(c.rms_norm_eps)};
@@ -334,7 +334,7 @@ std::string Qwen35Model::kv_format() const {
          " kv_heads=" + std::to_string(c.num_key_value_heads) +
          " head_dim=" + std::to_string(c.head_dim) +
          " rotary=" + std::to_string(c.rotary_dim()) +
-         " " + rope_format(c);
+         " " + rope_format(c) + bf16_attention_tag();
 }
 
 }  // namespace ellm

@@ -82,7 +82,8 @@ void plan_attention(ActivationPlan& plan, AttentionBuffers& b, const AttentionSp
              /*ldo=*/spec.q_dim(),
              kv.row_stride(),
              1.0f / std::sqrt(float(spec.head_dim)),
-             kv.dtype()};
+             kv.dtype(),
+             spec.bf16_products};
   plan.carve(b.qkv, T * size_t(spec.qkv_width()));
   plan.carve(b.q, spec.gated ? T * Q : 0);
   plan.carve(b.out, T * Q);

@@ -24,6 +24,7 @@ struct AttentionSpec {
   int64_t rotary_dim = 0;  // RoPE on the first rotary_dim dims of each head (gated only)
   float eps = 1e-6f;       // of the q and k norms
   bool gated = false;
+  bool bf16_products = false;  // AttentionShape::bf16_products
   int64_t q_dim() const { return heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
   int64_t qkv_width() const { return (gated ? 2 : 1) * q_dim() + 2 * kv_dim(); }
