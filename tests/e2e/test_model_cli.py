@@ -139,6 +139,24 @@ def main():
             expect_error(f"{command[0]} --kv-cache-dtype fp4", [*command, "--model-path", qwen3, "--kv-cache-dtype", "fp4"],
                          "--kv-cache-dtype: 'fp4' is not fp16, bf16, int8 or fp8")
 
+        # --attention-products bf16: the golden rule through `ellm logits`, and the load line says
+        # whether this tier runs it (AVX-512-BF16, AMX) or stays in FP32; with an int8 cache it
+        # stays FP32 and says why; a bad value is a one-line error.
+        out_bf16 = os.path.join(tmp, "tiny-qwen3-bf16-attention.f32")
+        r = must("logits", "--model-path", qwen3, "--feeds", session, "--out", out_bf16,
+                 "--attention-products", "bf16")
+        check(golden_rule("tiny-qwen3", out_bf16), "tiny-qwen3 --attention-products bf16: the golden rule")
+        load_line = next((l for l in r.stderr.splitlines() if l.startswith("loaded ")), "")
+        check("attention on BF16 products" in load_line or "attention in FP32 (--attention-products" in load_line,
+              f"the load line names the attention products: {load_line[-120:]}")
+        r = must("logits", "--model-path", qwen3, "--feeds", session, "--out", out, "--attention-products", "bf16",
+                 "--kv-cache-dtype", "int8")
+        check(any(l.startswith("loaded ") and "attention in FP32 (--attention-products bf16 takes an fp16 KV cache"
+                  in l for l in r.stderr.splitlines()), "bf16 attention products over an int8 cache: FP32, said so")
+        for command in (["logits", "--feeds", session, "--out", out], ["serve", "--port", "0"], ["bench"]):
+            expect_error(f"{command[0]} --attention-products fp8", [*command, "--model-path", qwen3, "--attention-products", "fp8"],
+                         "--attention-products: 'fp8' is not fp32 or bf16")
+
         # YaRN: a folder that carries it (the Qwen3 twin), and --rope-scaling on weights without it
         # (Qwen3.5's, factor 4 over an original window of 32), pass the YaRN goldens; other rope
         # types are a one-line error, from the flag or from config.json.
