@@ -27,6 +27,8 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 grep -h -m1 "^loaded" "$OUT"/bf16-1.log || true
+python3 -c "import json,sys; rows=[json.loads(l) for l in open(sys.argv[1])]; sys.exit(0 if any(r.get('attention_products') == 'bf16' for r in rows) else 1)" \
+  "$OUT/bf16-1.jsonl" || echo "note: BF16 products are not in effect here (see the load line); both columns are FP32"
 python3 - "$OUT" "$ROUNDS" <<'PY'
 import json, sys
 out, rounds = sys.argv[1], int(sys.argv[2])

@@ -666,6 +666,7 @@ int cmd_bench(int argc, char** argv) {
       row["weight_bytes"] = model->weight_bytes();
       row["kv_bytes_per_token"] = model->kv_bytes_per_token();
       row["kv_cache_dtype"] = kv_dtype_name(model->limits().kv_dtype);
+      row["attention_products"] = model->bf16_attention_products() ? "bf16" : "fp32";
       if (model->has_recurrent_state()) row["state_bytes_per_slot"] = model->state_bytes_per_slot();
       emit(std::move(row));
     };

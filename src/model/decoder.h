@@ -74,6 +74,7 @@ class Decoder : public Model {
   void release_kv(int slot, int64_t from_position) override { memory_.release(slot, from_position); }
   size_t kv_resident_bytes() const override { return memory_.kv().resident_bytes(); }
   size_t kv_bytes_per_token() const override { return memory_.kv().bytes_per_token(); }
+  bool bf16_attention_products() const override { return bf16_attention_used_; }
   bool has_recurrent_state() const override { return memory_.has_state(); }
   size_t state_bytes_per_slot() const override;
   void state_ranges(int slot, bool for_write, std::vector<std::span<uint8_t>>& out) override {

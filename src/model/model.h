@@ -130,6 +130,8 @@ class Model {
   virtual void release_kv(int slot, int64_t from_position) = 0;
   virtual size_t kv_resident_bytes() const = 0;
   virtual size_t kv_bytes_per_token() const = 0;
+  // Whether attention runs on BF16 products (--attention-products bf16, where it applies).
+  virtual bool bf16_attention_products() const { return false; }
   // Hybrid models (Qwen3.5+) carry, per slot, a fixed-size recurrent state beside the KV (the
   // Gated DeltaNet layers'). It folds in the whole prefix, so a slot's KV alone cannot resume
   // a sequence: a pass may continue a slot only where its last pass ended, or start it over

@@ -284,6 +284,7 @@ def main():
               "bench prints the decode step's breakdown")
         check("% of read" in r.stdout, "bench prints its table")
         check(all(x["kv_cache_dtype"] == "fp16" for x in rows[1:]), "bench rows name the KV dtype")
+        check(all(x["attention_products"] == "fp32" for x in rows[1:]), "bench rows name the attention products")
         # With an FP8 KV cache, the zeroed context decodes too, and the rows say so, with its bytes.
         fp8_json = os.path.join(tmp, "bench-fp8.jsonl")
         must("bench", "--model-path", tiny, "--prompt-lengths", "", "--decode-batches", "1",

@@ -77,38 +77,49 @@ void add_pv(const uint16_t* pb, const uint16_t* vb, int64_t pairs, int64_t head_
     for (int t = 0; t < NV; ++t) _mm512_storeu_ps(acc + (r0 + i) * head_dim + d0 + 16 * t, a[i][t]);
 }
 
-// One block of at most 128 positions against the packed Q. Rows go R at a time (4; 2 for a
-// decode row's group of 2) up to `rows` rounded up: acc has room for rows rounded up to 16, and a
-// padding row's probabilities are zero, so it is written back as it was read. R changes how many
-// rows share a register tile, not any row's arithmetic.
+// Scores then P.V for R rows from r0 (every row's own chains; R only sets how many share a
+// register tile).
 template <int R>
+void score_rows(const Scratch& w, const uint8_t* kt, int64_t position_tiles, int64_t head_dim, int64_t r0) {
+  for (int64_t pt = 0; pt < position_tiles; pt += 4) {
+    switch (std::min<int64_t>(4, position_tiles - pt)) {
+      case 1: scores<R, 1>(w.qb, kt, head_dim, r0, pt, w.s); break;
+      case 2: scores<R, 2>(w.qb, kt, head_dim, r0, pt, w.s); break;
+      case 3: scores<R, 3>(w.qb, kt, head_dim, r0, pt, w.s); break;
+      default: scores<R, 4>(w.qb, kt, head_dim, r0, pt, w.s); break;
+    }
+  }
+}
+template <int R>
+void add_pv_rows(const Scratch& w, const uint16_t* vb, int64_t pairs, int64_t head_dim, int64_t r0, float* acc) {
+  for (int64_t d0 = 0; d0 < head_dim; d0 += 64) {
+    switch (std::min<int64_t>(4, (head_dim - d0) / 16)) {
+      case 2: add_pv<R, 2>(w.pb, vb, pairs, head_dim, r0, d0, acc); break;
+      default: add_pv<R, 4>(w.pb, vb, pairs, head_dim, r0, d0, acc); break;
+    }
+  }
+}
+
+// One block of at most 128 positions against the packed Q: rows 4 at a time, the last ones 2 and
+// 1 at a time, so no row past `rows` is read or written in acc (in a several-heads item those are
+// the next head's).
 void block(const Scratch& w, const uint8_t* kt, const uint16_t* vb, int64_t group, int64_t rows,
            int64_t first_end, int64_t p0, int64_t p1, int64_t head_dim, float* m, float* l,
            float* acc) {
   const int64_t width = p1 - p0, position_tiles = (width + 15) / 16;
-  const int64_t tiled_rows = (rows + R - 1) / R * R;
-  for (int64_t r0 = 0; r0 < tiled_rows; r0 += R)
-    for (int64_t pt = 0; pt < position_tiles; pt += 4) {
-      switch (std::min<int64_t>(4, position_tiles - pt)) {
-        case 1: scores<R, 1>(w.qb, kt, head_dim, r0, pt, w.s); break;
-        case 2: scores<R, 2>(w.qb, kt, head_dim, r0, pt, w.s); break;
-        case 3: scores<R, 3>(w.qb, kt, head_dim, r0, pt, w.s); break;
-        default: scores<R, 4>(w.qb, kt, head_dim, r0, pt, w.s); break;
-      }
-    }
+  const int64_t fours = rows / 4 * 4, twos = fours + (rows - fours) / 2 * 2;
+  for (int64_t r0 = 0; r0 < fours; r0 += 4) score_rows<4>(w, kt, position_tiles, head_dim, r0);
+  for (int64_t r0 = fours; r0 < twos; r0 += 2) score_rows<2>(w, kt, position_tiles, head_dim, r0);
+  if (twos < rows) score_rows<1>(w, kt, position_tiles, head_dim, twos);
 
   float correction[kRows];
   softmax_rows(w, group, rows, first_end, p0, p1, m, l, correction);
   rescale_rows(correction, rows, head_dim, acc);
 
   const int64_t pairs = (width + 1) / 2;  // past `width`, V and the probabilities are zero
-  for (int64_t r0 = 0; r0 < tiled_rows; r0 += R)
-    for (int64_t d0 = 0; d0 < head_dim; d0 += 64) {
-      switch (std::min<int64_t>(4, (head_dim - d0) / 16)) {
-        case 2: add_pv<R, 2>(w.pb, vb, pairs, head_dim, r0, d0, acc); break;
-        default: add_pv<R, 4>(w.pb, vb, pairs, head_dim, r0, d0, acc); break;
-      }
-    }
+  for (int64_t r0 = 0; r0 < fours; r0 += 4) add_pv_rows<4>(w, vb, pairs, head_dim, r0, acc);
+  for (int64_t r0 = fours; r0 < twos; r0 += 2) add_pv_rows<2>(w, vb, pairs, head_dim, r0, acc);
+  if (twos < rows) add_pv_rows<1>(w, vb, pairs, head_dim, twos, acc);
 }
 
 }  // namespace
@@ -131,7 +142,7 @@ void attention_block_bf16_products(const float* q, int64_t ldq, int64_t group, i
   bf16_attention::attention_blocks(
       q, ldq, group, rows, first_end, k_cache, v_cache, ldkv, p0, p1, head_dim, scale, s,
       [&](const Scratch& w, const uint8_t* kt, const uint16_t* vb, int64_t b0, int64_t b1) {
-        (rows <= 2 ? block<2> : block<4>)(w, kt, vb, group, rows, first_end, b0, b1, head_dim, m, l, acc);
+        block(w, kt, vb, group, rows, first_end, b0, b1, head_dim, m, l, acc);
       });
 }
 
