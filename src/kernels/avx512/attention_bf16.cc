@@ -5,6 +5,8 @@
 // pairs of positions: each a single chain in order, whatever rows or positions share the call.
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "kernels/avx512/avx512.h"
 #include "kernels/bf16_attention.h"
 
@@ -19,34 +21,36 @@ inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) {
 
 // The BF16 pair at element 2 * pair of a row, broadcast to every lane.
 inline __m512i broadcast_pair(const uint16_t* row, int64_t pair) {
-  return _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(row + 2 * pair));
+  int32_t both;
+  std::memcpy(&both, row + 2 * pair, sizeof both);
+  return _mm512_set1_epi32(both);
 }
 
 // s[r][16 pt, 16 (pt + T)) for R rows from r0: T position tiles from pt on.
 template <int R, int T>
 void scores(const uint16_t* qb, const uint8_t* kt, int64_t head_dim, int64_t r0, int64_t pt, float* s) {
   __m512 c[R][T];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) c[i][t] = _mm512_setzero_ps();
   for (int64_t ks = 0; ks < head_dim / 32; ++ks) {
     const uint8_t* tile = kt + (ks * kPositionTiles + pt) * 1024;
     for (int64_t pair = 0; pair < 16; ++pair) {
       __m512i kv[T];
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int t = 0; t < T; ++t) kv[t] = _mm512_load_si512(tile + t * 1024 + pair * 64);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         const __m512i qv = broadcast_pair(qb + (r0 + i) * head_dim, ks * 16 + pair);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int t = 0; t < T; ++t) c[i][t] = dot_pairs(c[i][t], qv, kv[t]);
       }
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) _mm512_storeu_ps(s + (r0 + i) * kPositions + (pt + t) * 16, c[i][t]);
 }
 
@@ -55,25 +59,25 @@ template <int R, int NV>
 void add_pv(const uint16_t* pb, const uint16_t* vb, int64_t pairs, int64_t head_dim, int64_t r0,
             int64_t d0, float* acc) {
   __m512 a[R][NV];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < NV; ++t) a[i][t] = _mm512_loadu_ps(acc + (r0 + i) * head_dim + d0 + 16 * t);
   for (int64_t pair = 0; pair < pairs; ++pair) {
     __m512i vv[NV];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < NV; ++t)
       vv[t] = _mm512_loadu_si512(vb + pair * 2 * head_dim + 2 * (d0 + 16 * t));
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       const __m512i pp = broadcast_pair(pb + (r0 + i) * kPositions, pair);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int t = 0; t < NV; ++t) a[i][t] = dot_pairs(a[i][t], pp, vv[t]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < NV; ++t) _mm512_storeu_ps(acc + (r0 + i) * head_dim + d0 + 16 * t, a[i][t]);
 }
 
