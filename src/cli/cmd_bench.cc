@@ -8,10 +8,12 @@
 #include <chrono>
 #include <functional>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -701,13 +703,20 @@ int cmd_bench(int argc, char** argv) {
     for (int64_t length : all_lengths) {
       bool wanted = std::find(lengths.begin(), lengths.end(), length) != lengths.end();
       bool context = std::find(context_list.begin(), context_list.end(), length) != context_list.end();
-      // A hybrid model's state must come from the tokens before: its contexts are prefilled.
-      const bool zeros = zero_context && !model->has_recurrent_state();
+      // A hybrid model's recurrent state starts afresh at the one token run at the context's end:
+      // its decode steps read and write the same state bytes whatever its values.
+      const bool zeros = zero_context;
       if (wanted || !zeros) {
         json row = bench.prefill(length, context ? steps : 0);
         if (wanted) emit_run(row);
       } else {  // decode over a zeroed cache: the same bytes and instructions
         model->release_kv(0, 0);
+        if (model->has_recurrent_state()) {  // as if a snapshot of a zero state were restored there
+          std::vector<std::span<uint8_t>> state;
+          model->state_ranges(0, /*for_write=*/true, state);
+          for (std::span<uint8_t> range : state) std::memset(range.data(), 0, range.size());
+          model->set_state_end(0, length - 1);
+        }
         bench.run(bench.sequence(0, length - 1, 1));  // commits the cache before the clock starts
       }
       if (context) {

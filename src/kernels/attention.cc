@@ -40,6 +40,9 @@ constexpr int64_t kBlockPositions = 128;
 constexpr int64_t kSegmentPositions = 1024;
 constexpr int64_t kMaxChunks = 128;      // segments of a sequence split along positions (128k)
 constexpr int64_t kHeaderFloats = 16;  // one cache line: the merge counter
+// Queries of a sequence that runs the decode kernel: a decode step or a speculative group (up to
+// 15 speculative tokens).
+constexpr int64_t kDecodeQueries = 16;
 
 struct Plan {
   int64_t group;          // query heads per KV head
@@ -188,6 +191,15 @@ const float* kv_factors(const void* cache, const AttentionShape& shape, int64_t 
   return kv_row_factors(cache, shape.n_kv_heads, shape.head_dim) + h;
 }
 
+// True when the sequence's rows run the tier's decode kernel (attention_block_all_heads): a few
+// queries (a decode step, a speculative group), in FP32, at a head dim and group it takes. A
+// decode row and the same row in a speculative group then are the same bits.
+bool decode_rows(const AttentionSeq& seq, const AttentionShape& shape, const Plan& plan,
+                 const KernelTable& kernels) {
+  return seq.n_q <= kDecodeQueries && !bf16_blocks(shape, kernels) &&
+         kernels.all_heads_supports && kernels.all_heads_supports(shape.head_dim, plan.group);
+}
+
 // The item's rows over positions [p0, p1) from the state (m, l, acc) they are in.
 void run_range(const Item& it, const AttentionSeq& seq, const AttentionShape& shape, const Plan& plan,
                const KernelTable& kernels, int64_t p0, int64_t p1, float* m, float* l, float* acc, float* s) {
@@ -202,13 +214,30 @@ void run_range(const Item& it, const AttentionSeq& seq, const AttentionShape& sh
                                        kv_factors(seq.v, shape, h), shape.kv_row_stride, b0, b1, hd,
                                        shape.scale, bm, bl, bacc, s);
   };
-  if (it.whole && !bf16 && kernels.all_heads_supports(hd, per_head)) {
-    const int64_t h = it.kv_head;
-    kernels.all_heads_for(dtype)(seq.q + it.q0 * shape.ldq + h * group * hd, shape.ldq, it.heads,
-                                 group, per_head, first_end, kv_head(seq.k, shape, h),
+  // heads KV heads from h on, rows [r0, r0 + rows) of each (r0 a multiple of group), whose state
+  // is at m, l, acc (head-major, per_head rows a head).
+  auto all_heads = [&](int64_t h, int64_t heads, int64_t r0, int64_t rows, float* hm, float* hl, float* hacc) {
+    kernels.all_heads_for(dtype)(seq.q + (it.q0 + r0 / group) * shape.ldq + h * group * hd, shape.ldq,
+                                 heads, group, rows, first_end + r0 / group, kv_head(seq.k, shape, h),
                                  kv_head(seq.v, shape, h), kv_factors(seq.k, shape, h),
                                  kv_factors(seq.v, shape, h), shape.kv_row_stride, p0, p1, hd,
-                                 shape.scale, m, l, acc, s);
+                                 shape.scale, hm, hl, hacc, s);
+  };
+  if (decode_rows(seq, shape, plan, kernels)) {
+    if (it.whole && kernels.all_heads_supports(hd, per_head)) {
+      all_heads(it.kv_head, it.heads, 0, per_head, m, l, acc);
+    } else {
+      // A speculative group (or another few queries): each head's rows in runs of the kernel's
+      // sizes. A row's result does not depend on the run it is in, so it is decode's.
+      for (int64_t i = 0; i < it.heads; ++i)
+        for (int64_t r0 = 0; r0 < per_head;) {
+          int64_t rows = 8;
+          while (!kernels.all_heads_supports(hd, rows) || rows > per_head - r0) rows /= 2;
+          float* hm = m + i * per_head + r0;
+          all_heads(it.kv_head + i, 1, r0, rows, hm, l + i * per_head + r0, acc + (i * per_head + r0) * hd);
+          r0 += rows;
+        }
+    }
     // It wrote over what the tier's block kept in the scratch.
     forget_block_scratch(shape, kernels, s);
   }

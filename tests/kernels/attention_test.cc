@@ -384,5 +384,43 @@ TEST(Attention, ScaleOfLargeScoresStaysFinite) {
   }
 }
 
+// A speculative group (a few queries of one sequence in one pass) gives each row the bits the
+// decode step at its position gives: at the head dims with a decode kernel (64, 128) too, for
+// every group of query heads it takes, KV dtype, tier and member count, past one segment of
+// positions (so split along positions when alone).
+TEST(Attention, SpeculativeGroupRowsAreDecodeRows) {
+  const int64_t n = 1100, first = n - 20;  // rows [first, n) compared
+  for (auto [heads, kv, hd] : {std::tuple{16, 8, 128}, std::tuple{8, 2, 64}, std::tuple{8, 1, 64},
+                               std::tuple{2, 2, 128}})
+    for (KvDtype dtype : kKvDtypes) {
+      Problem p(heads, kv, hd, {{n, 0}}, dtype);
+      const int64_t ldo = p.shape.ldo;
+      for (Isa isa : supported_isas()) {
+        IsaScope scope(isa);
+        for (int members : {1, 2}) {
+          if (isa == Isa::scalar && members == 2) continue;  // the slowest tier: one member
+          std::vector<float> scratch(attention_scratch_floats(p.shape, 16, 1, members), 0.0f);
+          auto run = [&](int64_t q0, int64_t count, float* out) {
+            AttentionSeq seq{p.q[0].data() + q0 * p.shape.ldq, out + (q0 - first) * ldo, count, q0,
+                             p.k[0].data(), p.v[0].data()};
+            for (int member = 0; member < members; ++member)
+              attention(&seq, 1, p.shape, scratch.data(), member, members);
+          };
+          std::vector<float> decode(size_t((n - first) * ldo), -7.0f), group(decode.size(), -5.0f);
+          for (int64_t i = first; i < n; ++i) run(i, 1, decode.data());
+          int64_t q0 = first;
+          for (int64_t count : {2, 3, 5, 1, 9})  // sums to 20
+            run(q0, count, group.data()), q0 += count;
+          ASSERT_EQ(q0, n);
+          for (int64_t i = 0; i < n - first; ++i)
+            for (int64_t c = 0; c < heads * hd; ++c)
+              ASSERT_EQ(group[i * ldo + c], decode[i * ldo + c])
+                  << label(isa, members, dtype) << " heads=" << heads << "/" << kv << " hd=" << hd
+                  << " query " << first + i << " element " << c;
+        }
+      }
+    }
+}
+
 }  // namespace
 }  // namespace ellm
