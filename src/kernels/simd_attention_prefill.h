@@ -41,16 +41,32 @@ inline float softmax_correction(float m, float new_max) {
 namespace prefill {
 
 // kt[d][j] = k[j * ldk + d] widened (KvLoad) for j < width, zero for width <= j < ldt; fetches
-// rows further on (`ahead`) meanwhile. FP16 goes by the tier's 8x8 (16x16) transpose; the other
-// dtypes widen a row's vector of dimensions and scatter it into a column.
+// rows further on (`ahead`) meanwhile. L positions x L dims at a time go by the tier's 8x8 (16x16)
+// transpose (the other dtypes widened first); the rest a row's vector at a time, scattered.
 template <class V, KvDtype D>
 void transpose_block(const typename KvLoad<V, D>::E* k, int64_t ldk, int64_t width,
                      int64_t head_dim, float* kt, int64_t ldt, const typename KvLoad<V, D>::E* ahead) {
   constexpr int64_t L = V::kLanes;
   if constexpr (D != KvDtype::f16) {
-    const int64_t full_d = head_dim / L * L;
+    const int64_t full_d = head_dim / L * L, full_j = width / L * L;
     alignas(64) float column[L];
-    for (int64_t j = 0; j < width; ++j) {
+    constexpr int64_t kLineElements = 64 / sizeof(typename KvLoad<V, D>::E);
+    for (int64_t j = 0; j < full_j; j += L) {  // L positions x L dims: widened, then transposed
+      for (int64_t d = 0; d < full_d; d += L) {
+        if (d % kLineElements == 0)
+          for (int64_t r = 0; r < L; ++r)
+            _mm_prefetch(reinterpret_cast<const char*>(ahead + (j + r) * ldk + d), V::kPrefetchHint);
+        typename V::F rows[L];
+        for (int64_t r = 0; r < L; ++r) rows[r] = KvLoad<V, D>::load(k + (j + r) * ldk + d);
+        V::transpose_rows(rows, kt + d * ldt + j, ldt);
+      }
+      for (int64_t d = full_d; d < head_dim; ++d)
+        for (int64_t r = 0; r < L; ++r) {
+          V::store(column, KvLoad<V, D>::load(k + (j + r) * ldk + d, 1));
+          kt[d * ldt + j + r] = column[0];
+        }
+    }
+    for (int64_t j = full_j; j < width; ++j) {
       _mm_prefetch(reinterpret_cast<const char*>(ahead + j * ldk), V::kPrefetchHint);
       for (int64_t d = 0; d < full_d; d += L) {
         V::store(column, KvLoad<V, D>::load(k + j * ldk + d));

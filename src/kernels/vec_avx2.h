@@ -134,8 +134,13 @@ struct Avx2Vec {
   }
   // dst[i * ldd + j] = src[j * lds + i] for an 8 x 8 tile of FP16 to FP32.
   static void transpose(const uint16_t* src, int64_t lds, float* dst, int64_t ldd) {
-    __m256 r[8], t[8];
+    __m256 r[8];
     for (int i = 0; i < 8; ++i) r[i] = load_f16(src + i * lds);
+    transpose_rows(r, dst, ldd);
+  }
+  // dst[i * ldd + j] = lane i of r[j]: 8 vectors stored as the columns of an 8 x 8 tile.
+  static void transpose_rows(__m256* r, float* dst, int64_t ldd) {
+    __m256 t[8];
     for (int i = 0; i < 8; i += 2) {  // per 128-bit lane: a0 b0 a1 b1 | a2 b2 a3 b3
       t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
       t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);

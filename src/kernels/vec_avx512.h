@@ -122,8 +122,13 @@ struct Avx512Vec {
   }
   // dst[i * ldd + j] = src[j * lds + i] for a 16 x 16 tile of FP16 to FP32.
   static void transpose(const uint16_t* src, int64_t lds, float* dst, int64_t ldd) {
-    __m512 r[16], t[16];
+    __m512 r[16];
     for (int i = 0; i < 16; ++i) r[i] = load_f16(src + i * lds);
+    transpose_rows(r, dst, ldd);
+  }
+  // dst[i * ldd + j] = lane i of r[j]: 16 vectors stored as the columns of a 16 x 16 tile.
+  static void transpose_rows(__m512* r, float* dst, int64_t ldd) {
+    __m512 t[16];
     for (int i = 0; i < 16; i += 2) {  // per 128-bit lane: a0 b0 a1 b1 | a2 b2 a3 b3
       t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
       t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
