@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/kernel_table.h"
 #include "kernels/row_fetch.h"
@@ -24,6 +25,8 @@ template <class V, KvDtype D, int R, int NV>
 void add_pv(const float* p, int64_t count, const typename KvLoad<V, D>::E* v, int64_t ldv, float* acc,
             RowFetch* fetch) {
   constexpr int L = V::kLanes, C = NV < V::kPvVectors ? NV : V::kPvVectors;
+  // The fetch's cursor in registers for the loop, not stored back at every step.
+  RowFetch local_fetch = fetch ? *fetch : RowFetch();
   for (int c0 = 0; c0 < NV; c0 += C) {
     typename V::F a[R][C];
 #pragma GCC unroll 4
@@ -34,7 +37,7 @@ void add_pv(const float* p, int64_t count, const typename KvLoad<V, D>::E* v, in
       typename V::F pj[R];
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) pj[r] = V::set1(p[j * L + r]);
-      if (fetch) fetch->step<V::pv_fetch_lines(C)>();
+      if (fetch) local_fetch.step<V::pv_fetch_lines(C)>();
 #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) {
         auto vc = KvLoad<V, D>::load(v + j * ldv + L * (c0 + c));
@@ -47,6 +50,7 @@ void add_pv(const float* p, int64_t count, const typename KvLoad<V, D>::E* v, in
 #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) V::store(acc + r * L * NV + L * (c0 + c), a[r][c]);
   }
+  if (fetch) *fetch = local_fetch;
 }
 
 // dots[j][lane0 + r] = L partial sums of q_r . k_{p0 + j} for ROWS rows of one KV head and
@@ -88,14 +92,28 @@ inline void dot_block(const float* const* q, const typename KvLoad<V, D>::E* k, 
 
 // For every position j of a block (the last again past `count`), the factor of each lane's head
 // (lane t: head h0 + t / ROWS, the last one again past `heads`), as kv_factor gives them.
+// A row's factors of heads [h0, h0 + heads) are one vector; lane t takes its head's.
 template <class V, KvDtype D, int ROWS>
 void lane_factors(const float* factors, int64_t ldkv, int64_t j0, int64_t count, int64_t h0,
                   int64_t heads, float (*out)[V::kLanes]) {
   constexpr int L = V::kLanes;
-  for (int j = 0; j < L; ++j)
-    for (int t = 0; t < L; ++t)
-      out[j][t] = KvLoad<V, D>::factor(factors + h0 + std::min<int64_t>(t / ROWS, heads - 1), ldkv,
-                                       j0 + std::min<int64_t>(j, count - 1));
+  alignas(64) int32_t head_of_lane[L];
+  for (int t = 0; t < L; ++t) head_of_lane[t] = int32_t(std::min<int64_t>(t / ROWS, heads - 1));
+  const auto index = V::load_i(head_of_lane);
+  const auto widened = V::set1(KvLoad<V, D>::kWidenedFactor);
+  const auto* row = reinterpret_cast<const uint8_t*>(factors + h0);
+  for (int j = 0; j < L; ++j) {
+    const auto* at = reinterpret_cast<const float*>(row + (j0 + std::min<int64_t>(j, count - 1)) * ldkv);
+    typename V::F head_factors;
+    if constexpr (V::kMaskedTail) {
+      head_factors = V::load(at, heads);
+    } else {  // no reading past the row's last factor
+      alignas(64) float copy[L] = {};
+      std::memcpy(copy, at, size_t(heads) * sizeof(float));
+      head_factors = V::load(copy);
+    }
+    V::store(out[j], V::mul(V::permute(head_factors, index), widened));
+  }
 }
 
 // head_dim = L * NV, ROWS query rows per KV head.

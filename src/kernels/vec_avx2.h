@@ -159,6 +159,7 @@ struct Avx2Vec {
   static I bits(F v) { return _mm256_castps_si256(v); }
   static I set1_i(int32_t v) { return _mm256_set1_epi32(v); }
   static I load_i(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static F permute(F v, I index) { return _mm256_permutevar8x32_ps(v, index); }  // lane t: v[index[t]]
   static I and_i(I a, I b) { return _mm256_and_si256(a, b); }
   static I or_i(I a, I b) { return _mm256_or_si256(a, b); }
   static I add_i(I a, I b) { return _mm256_add_epi32(a, b); }

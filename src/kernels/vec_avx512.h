@@ -153,6 +153,7 @@ struct Avx512Vec {
   static I bits(F v) { return _mm512_castps_si512(v); }
   static I set1_i(int32_t v) { return _mm512_set1_epi32(v); }
   static I load_i(const int32_t* p) { return _mm512_loadu_si512(p); }
+  static F permute(F v, I index) { return _mm512_permutexvar_ps(index, v); }  // lane t: v[index[t]]
   static I and_i(I a, I b) { return _mm512_and_si512(a, b); }
   static I or_i(I a, I b) { return _mm512_or_si512(a, b); }
   static I add_i(I a, I b) { return _mm512_add_epi32(a, b); }
