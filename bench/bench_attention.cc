@@ -56,6 +56,7 @@ struct Setup {
     shape.bf16_products = bf16_products;
     shape.kv_dtype = dtype;
     shape.kv_row_stride = kv_row_elements(dtype, heads.kv_heads, heads.head_dim);
+    shape.max_positions = context;
     int64_t tokens = n_seqs * n_q;
     size_t row_bytes = kv_row_bytes(dtype, heads.kv_heads, heads.head_dim), cache = size_t(context) * row_bytes;
     cache_bytes = 2 * size_t(n_seqs) * cache;

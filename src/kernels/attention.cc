@@ -38,7 +38,6 @@ constexpr int64_t kTileRows = 32;        // query rows (query x head) of a split
 // it, as in a one-head item's call over a whole segment, so a row's blocks are the same in both.
 constexpr int64_t kBlockPositions = 128;
 constexpr int64_t kSegmentPositions = 1024;
-constexpr int64_t kMaxChunks = 128;      // segments of a sequence split along positions (128k)
 constexpr int64_t kHeaderFloats = 16;  // one cache line: the merge counter
 // Queries of a sequence that runs the decode kernel: a decode step or a speculative group (up to
 // 15 speculative tokens).
@@ -55,6 +54,7 @@ struct Plan {
   int64_t work_floats;    // per-member scratch: the rows' state, the block scratch, a segment's state
   int64_t partial_floats; // one partial: m, l, acc for small_rows rows
   int64_t head_groups;    // parts (by KV heads) of a whole-sequence item too short to split
+  int64_t max_chunks;     // segments of a sequence split along positions: up to max_positions
 };
 
 // True when the pass runs on the tier's BF16-product blocks: every item, decode's included.
@@ -68,6 +68,8 @@ void forget_block_scratch(const AttentionShape& s, const KernelTable& kernels, f
                                         : kernels.forget_attention_scratch;
   if (forget) forget(scratch);
 }
+
+int64_t segments(int64_t positions) { return (positions + kSegmentPositions - 1) / kSegmentPositions; }
 
 Plan make_plan(const AttentionShape& s, int n_members, const KernelTable& kernels) {
   Plan p;
@@ -87,10 +89,9 @@ Plan make_plan(const AttentionShape& s, int n_members, const KernelTable& kernel
   p.work_floats = (work + 15) / 16 * 16;
   p.partial_floats = (p.small_rows * (s.head_dim + 2) + 15) / 16 * 16;
   p.head_groups = 1;  // attention() sets it
+  p.max_chunks = std::max<int64_t>(1, segments(s.max_positions));
   return p;
 }
-
-int64_t segments(int64_t positions) { return (positions + kSegmentPositions - 1) / kSegmentPositions; }
 
 // Folds one segment's softmax state (max m_s, sum l_s, unnormalised output acc_s) into a row's
 // running state; a segment the row does not reach (m_s = -inf) leaves it. Folding into the empty
@@ -124,7 +125,7 @@ bool whole_sequence(const AttentionSeq& seq, const AttentionShape& shape, const 
 int64_t chunks_of(const AttentionSeq& seq, const Plan& plan, bool splitting) {
   if (!splitting || seq.n_q == 0 || seq.n_q > plan.small_queries) return 1;
   const int64_t n = segments(seq.q_start + seq.n_q);
-  return n <= kMaxChunks ? n : 1;
+  return n <= plan.max_chunks ? n : 1;
 }
 
 bool splitting_enabled(const AttentionSeq* seqs, int64_t n_seqs, const AttentionShape& shape,
@@ -332,10 +333,10 @@ size_t attention_scratch_floats(const AttentionShape& shape, int64_t max_tokens,
   // Sized for the CPU's best tier, whose plan is the largest, so any lower tier fits too.
   Plan plan = make_plan(shape, n_members, kernel_table(best_isa()));
   // Only passes of fewer than 4 items per member split (splitting_enabled), so at most that many
-  // sequences, each with one tile per KV head (or one whole-sequence item) of up to kMaxChunks
+  // sequences, each with one tile per KV head (or one whole-sequence item) of up to max_chunks
   // segments. Pages of partials no pass reaches are never committed.
   int64_t split_seqs = std::min<int64_t>(max_seqs, 4 * n_members);
-  int64_t partials = split_seqs * shape.n_kv_heads * kMaxChunks;
+  int64_t partials = split_seqs * shape.n_kv_heads * plan.max_chunks;
   return size_t(kHeaderFloats + n_members * plan.work_floats + partials * plan.partial_floats);
 }
 

@@ -121,11 +121,13 @@ inline size_t default_attention_scratch_floats(int64_t rows, int64_t head_dim) {
   return size_t(4 * ((rows > 64 ? rows : 64) + head_dim) * 64 + 16);
 }
 
-// The decode shapes the vector tiers' all-heads kernels are built for: head_dim 64 or 128 and 1,
-// 2, 4 or 8 query rows per KV head (every Qwen3 decode shape). The scalar one would take any, but
-// takes these too, so every tier splits a pass into the same work.
+// The decode shapes the vector tiers' all-heads kernels are built for: head_dim 64, 128 or 256
+// and 1, 2, 4 or 8 query rows per KV head (every Qwen3 decode shape; Qwen3.5+ with 2, 4 or 8
+// query heads per KV head). The scalar one would take any, but takes these too, so every tier
+// splits a pass into the same work.
 inline bool qwen3_decode_shapes(int64_t head_dim, int64_t rows) {
-  return (head_dim == 64 || head_dim == 128) && (rows == 1 || rows == 2 || rows == 4 || rows == 8);
+  return (head_dim == 64 || head_dim == 128 || head_dim == 256) &&
+         (rows == 1 || rows == 2 || rows == 4 || rows == 8);
 }
 
 // dot_rows_f32's order, shared by every tier: the lanes hold the FMA sums of inputs [0, from)

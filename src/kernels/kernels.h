@@ -344,6 +344,9 @@ struct AttentionShape {
   // them (AVX-512-BF16, AMX) and the cache is FP16. Every row of such a pass, decode's included,
   // then goes through the tier's BF16 block kernel, so a row is the same bits in any pass.
   bool bf16_products = false;
+  // The longest context a query attends: sizes the scratch for decode split along positions
+  // (flash-decoding), which runs up to here; a longer one is split by KV heads only.
+  int64_t max_positions = 131072;
 };
 
 // Scratch floats attention() needs for up to max_seqs sequences, max_tokens queries in a pass,

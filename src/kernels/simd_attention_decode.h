@@ -24,7 +24,8 @@ namespace ellm::simd {
 template <class V, KvDtype D, int R, int NV>
 void add_pv(const float* p, int64_t count, const typename KvLoad<V, D>::E* v, int64_t ldv, float* acc,
             RowFetch* fetch) {
-  constexpr int L = V::kLanes, C = NV < V::kPvVectors ? NV : V::kPvVectors;
+  // C vectors of dimensions a pass over the positions: R * C accumulators at most kPvVectors.
+  constexpr int L = V::kLanes, C = NV < V::kPvVectors / R ? NV : V::kPvVectors / R;
   // The fetch's cursor in registers for the loop, not stored back at every step.
   RowFetch local_fetch = fetch ? *fetch : RowFetch();
   for (int c0 = 0; c0 < NV; c0 += C) {
@@ -203,13 +204,20 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
       // acc_t += p_tj v_j, head by head from cache, V::kPvRows rows at a time.
       for (int64_t hh = 0; hh < heads; ++hh) {
         const auto* vh = v + j0 * ldkv + (h0 + hh) * kHeadDim;
-        for (int r = 0; r < ROWS; r += V::kPvRows) {
-          int64_t t = hh * ROWS + r;
+        for (int r = 0; r < ROWS;) {
+          const int64_t t = hh * ROWS + r;
           RowFetch* fetch = r == 0 ? &next_k : nullptr;  // one fetch per head
-          if (V::kPvRows == 2 && r + 1 < ROWS)
-            add_pv<V, D, V::kPvRows == 2 ? 2 : 1, NV>(p + t, count, vh, ldkv, acc + (i0 + t) * kHeadDim, fetch);
-          else
-            add_pv<V, D, 1, NV>(p + t, count, vh, ldkv, acc + (i0 + t) * kHeadDim, fetch);
+          float* rows_acc = acc + (i0 + t) * kHeadDim;
+          if constexpr (V::kPvRows >= 4 && ROWS >= 4) {
+            add_pv<V, D, 4, NV>(p + t, count, vh, ldkv, rows_acc, fetch);
+            r += 4;
+          } else if constexpr (V::kPvRows >= 2 && ROWS >= 2) {
+            add_pv<V, D, 2, NV>(p + t, count, vh, ldkv, rows_acc, fetch);
+            r += 2;
+          } else {
+            add_pv<V, D, 1, NV>(p + t, count, vh, ldkv, rows_acc, fetch);
+            r += 1;
+          }
         }
       }
     }
@@ -223,8 +231,11 @@ void attention_block_all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, 
                                const float* k_factors, const float* v_factors, int64_t ldkv,
                                int64_t p0, int64_t p1, int64_t head_dim, float scale, float* m,
                                float* l, float* acc, float* s) {
-  constexpr int N64 = 64 / V::kLanes, N128 = 128 / V::kLanes;
-  auto run = head_dim == 128
+  constexpr int N64 = 64 / V::kLanes, N128 = 128 / V::kLanes, N256 = 256 / V::kLanes;
+  auto run = head_dim == 256
+                 ? (rows == 1 ? all_heads<V, D, N256, 1> : rows == 2 ? all_heads<V, D, N256, 2>
+                    : rows == 4 ? all_heads<V, D, N256, 4> : all_heads<V, D, N256, 8>)
+             : head_dim == 128
                  ? (rows == 1 ? all_heads<V, D, N128, 1> : rows == 2 ? all_heads<V, D, N128, 2>
                     : rows == 4 ? all_heads<V, D, N128, 4> : all_heads<V, D, N128, 8>)
                  : (rows == 1 ? all_heads<V, D, N64, 1> : rows == 2 ? all_heads<V, D, N64, 2>

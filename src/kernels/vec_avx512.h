@@ -15,9 +15,9 @@ struct Avx512Vec {
   static constexpr int kLanes = 16;
   static constexpr bool kMaskedTail = true;   // tails are masked vectors
   static constexpr int kSumAccumulators = 2;  // independent sums in a row reduction
-  // Decode attention: P.V takes two rows at a time over all dimensions (32 registers), and the
-  // K pass holds the q chunks in registers.
-  static constexpr int kPvRows = 2, kPvVectors = 16;
+  // Decode attention: P.V takes up to four rows at a time (each V vector widened once for all),
+  // 16 accumulators a pass over the positions, and the K pass holds the q chunks in registers.
+  static constexpr int kPvRows = 4, kPvVectors = 16;
   static constexpr bool kQInRegisters = true;
   static constexpr int dot_fetch_lines(int rows) { return 8 / rows; }
   static constexpr int pv_fetch_lines(int vectors) { return vectors / 2; }

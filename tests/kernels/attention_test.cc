@@ -181,14 +181,16 @@ TEST(Attention, DecodeSplitsLongContextAcrossMembers) {
 
 TEST(Attention, DecodeOverAllHeadsInMemoryOrder) {
   // Decode sequences are one item over every KV head (attention_block_all_heads): groups 1, 2, 4
-  // and 8 (odd and even rows per head), head dims 128 and 64 (the register paths) and 80 (head by
-  // head), two queries at once, contexts that end mid-block of 16, and one KV head.
+  // and 8 (odd and even rows per head), head dims 128, 64 and 256 (the register paths) and 80 (head
+  // by head), two queries at once, contexts that end mid-block of 16, and one KV head.
   for (auto [heads, kv, hd] : {std::tuple{8, 8, 128}, std::tuple{16, 8, 128}, std::tuple{16, 4, 128},
-                               std::tuple{16, 2, 64}, std::tuple{8, 4, 80}, std::tuple{4, 1, 64}}) {
+                               std::tuple{16, 2, 64}, std::tuple{8, 4, 80}, std::tuple{4, 1, 64},
+                               std::tuple{8, 2, 256}}) {
     for (KvDtype dtype : kKvDtypes) {
       // The other dtypes on one shape per register path (and the head-by-head one): CI time.
       if (dtype != KvDtype::f16 && heads == 8 && kv != 4) continue;
       if (dtype != KvDtype::f16 && heads == 16 && kv == 4) continue;
+      if (dtype != KvDtype::f16 && dtype != KvDtype::fp8 && hd == 256) continue;
       Problem p(heads, kv, hd, {{1, 1000}, {2, 37}, {1, 0}, {1, 16}}, dtype);
       // One sequence too short to split along positions: its KV heads are split across members.
       Problem alone(heads, kv, hd, {{1, 40}}, dtype);
@@ -342,12 +344,13 @@ TEST(Attention, LongContextRowDoesNotDependOnSplitOrBatch) {
   }
 }
 
-// The decode kernels (head dims 64 and 128, all KV heads at once) give a row the same bits alone,
+// The decode kernels (head dims 64, 128 and 256, all KV heads at once) give a row the same bits alone,
 // beside other sequences, and split across members, for every KV dtype.
 TEST(Attention, DecodeRowOverAllHeadsDoesNotDependOnBatch) {
   const int64_t n = 2100;
-  for (auto [heads, kv, hd] : {std::tuple{16, 8, 128}, std::tuple{8, 2, 64}})
+  for (auto [heads, kv, hd] : {std::tuple{16, 8, 128}, std::tuple{8, 2, 64}, std::tuple{8, 2, 256}})
     for (KvDtype dtype : kKvDtypes) {
+      if (hd == 256 && dtype != KvDtype::f16 && dtype != KvDtype::fp8) continue;  // CI time
       Problem p(heads, kv, hd, {{1, n - 1}}, dtype);
       for (Isa isa : supported_isas()) {
         IsaScope scope(isa);
@@ -391,7 +394,7 @@ TEST(Attention, ScaleOfLargeScoresStaysFinite) {
 TEST(Attention, SpeculativeGroupRowsAreDecodeRows) {
   const int64_t n = 1100, first = n - 20;  // rows [first, n) compared
   for (auto [heads, kv, hd] : {std::tuple{16, 8, 128}, std::tuple{8, 2, 64}, std::tuple{8, 1, 64},
-                               std::tuple{2, 2, 128}})
+                               std::tuple{2, 2, 128}, std::tuple{8, 2, 256}})
     for (KvDtype dtype : kKvDtypes) {
       Problem p(heads, kv, hd, {{n, 0}}, dtype);
       const int64_t ldo = p.shape.ldo;

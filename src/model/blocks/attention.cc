@@ -83,7 +83,8 @@ void plan_attention(ActivationPlan& plan, AttentionBuffers& b, const AttentionSp
              kv.row_stride(),
              1.0f / std::sqrt(float(spec.head_dim)),
              kv.dtype(),
-             spec.bf16_products};
+             spec.bf16_products,
+             kv.max_positions()};
   plan.carve(b.qkv, T * size_t(spec.qkv_width()));
   plan.carve(b.q, spec.gated ? T * Q : 0);
   plan.carve(b.out, T * Q);

@@ -41,6 +41,7 @@ class KvCache {
   KvDtype dtype() const { return dtype_; }
   // Elements of the dtype per position (bytes for FP8, its factors included), and bytes.
   int64_t row_stride() const { return kv_row_elements(dtype_, n_kv_heads_, head_dim_); }
+  int64_t max_positions() const { return max_positions_; }
   size_t row_bytes() const { return kv_row_bytes(dtype_, n_kv_heads_, head_dim_); }
   // Position 0 of a slot's extra values for a layer: [max_positions][extra_floats()].
   float* extra(int64_t layer, int64_t slot) const {
