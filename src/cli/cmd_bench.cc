@@ -433,6 +433,12 @@ void print_table(const std::vector<json>& rows, const json& machine) {
                 r["read_bandwidth_gbs"].get<double>(), 100 * r["fraction_of_bandwidth"].get<double>(),
                 100 * r["fraction_of_bandwidth_whole_run"].get<double>());
   }
+  for (const json& r : rows)
+    if (r.contains("kv_committed_bytes"))
+      std::printf("KV at context %lld: %.1f MiB committed, %.1f MiB needed (%lld bytes per token, %s)\n",
+                  (long long)r["context"].get<int64_t>(), r["kv_committed_bytes"].get<double>() / 1048576,
+                  r["kv_needed_bytes"].get<double>() / 1048576, (long long)r["kv_bytes_per_token"].get<int64_t>(),
+                  r["kv_cache_dtype"].get<std::string>().c_str());
   for (const json& r : rows) {
     if (!r.contains("expert_bytes_per_token")) continue;
     std::string what = r.contains("tokens") ? std::to_string(r["tokens"].get<int64_t>()) + " tokens"
@@ -722,6 +728,9 @@ int cmd_bench(int argc, char** argv) {
       if (context) {
         json row = bench.decode(1, length, steps, "decode_context");
         row["context_filled_by"] = wanted || !zeros ? "prefill" : "zeros";
+        // The KV the slot holds against what its positions need (bytes per token x context).
+        row["kv_committed_bytes"] = model->kv_resident_bytes();
+        row["kv_needed_bytes"] = double(model->kv_bytes_per_token()) * double(length);
         emit_run(row);
       }
     }

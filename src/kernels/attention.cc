@@ -19,6 +19,8 @@
 // A sequence whose queries x all heads fit one tile (decode) is one item per segment over every KV
 // head (a context of one segment is split by KV heads instead), and
 // attention_block_all_heads reads its K and V rows front to back, every head of a row at once.
+// Every sequence of up to kDecodeQueries queries (a speculative group too) runs that kernel where
+// the tier has it for the shape, so its rows are decode's bits; longer ones run the blocks.
 // The cache is position-major, so that is one sequential run of memory, which the hardware
 // prefetchers follow; one head at a time reads 256 bytes of every 2 KiB row (Qwen3-0.6B, FP16),
 // and that ran at about half the bandwidth, with or without software prefetch.
