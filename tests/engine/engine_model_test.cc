@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "engine/sampling.h"
 #include "engine_test_util.h"
+#include "test_helpers.h"
 #include "model/model.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -187,11 +188,7 @@ TEST_P(EngineModel, FourRequestsInTwoSlots) {
 INSTANTIATE_TEST_SUITE_P(TinyModels, EngineModel,
                          ::testing::Values("tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen35",
                                            "tiny-qwen35-moe", "tiny-qwen4exp"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         test::ModelTestName());
 
 }  // namespace
 }  // namespace ellm

@@ -12,6 +12,7 @@
 #include "base/cpu.h"
 #include "engine/engine.h"
 #include "engine_test_util.h"
+#include "test_helpers.h"
 #include "model/model.h"
 #include "text/tokenizer/tokenizer.h"
 #include "tiers_under_test.h"
@@ -187,10 +188,9 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, SessionModel,
                                            Case{"tiny-qwen3", "disk", KvDtype::fp8},
                                            Case{"tiny-qwen35", "disk", KvDtype::fp8}),
                          [](const auto& info) {
-                           std::string name = info.param.model + "_" + info.param.tier +
-                                              (info.param.kv == KvDtype::f16 ? "" : std::string("_") + kv_dtype_name(info.param.kv));
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
+                           return test::model_test_name(
+                               info.param.model + "_" + info.param.tier +
+                               (info.param.kv == KvDtype::f16 ? "" : std::string("_") + kv_dtype_name(info.param.kv)));
                          });
 
 }  // namespace

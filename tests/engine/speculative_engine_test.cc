@@ -15,6 +15,7 @@
 #include "engine/speculative_depth.h"
 #include "engine_fake_model.h"
 #include "engine_test_util.h"
+#include "test_helpers.h"
 #include "tiers_under_test.h"
 
 namespace ellm {
@@ -215,11 +216,7 @@ INSTANTIATE_TEST_SUITE_P(SharedModels, SpeculativeModel,
                          ::testing::Values("tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen3-fp8",
                                            "tiny-qwen3-moe-fp8", "tiny-qwen3-gptq", "tiny-qwen3-awq",
                                            "tiny-qwen35", "tiny-qwen35-moe"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         test::ModelTestName());
 
 // Prompt lookup on a prompt with a screenshot (tiny-qwen35-vl, its golden session's first feed):
 // the checked rows sit after the image, so they must carry its rope offset (rope_delta -21 here)

@@ -347,11 +347,7 @@ INSTANTIATE_TEST_SUITE_P(Models, GoldenSession,
                                          "tiny-qwen3-moe-fp8", "tiny-qwen3-gptq", "tiny-qwen3-awq",
                                          "tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen4exp",
                                          "tiny-qwen3-yarn", "tiny-qwen35-yarn"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+                         test::ModelTestName());
 
 }  // namespace
 }  // namespace ellm

@@ -107,11 +107,7 @@ TEST_P(LongPrompt, OnePassPartsAndChunksAgreePast64kPositions) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, LongPrompt, testing::Values("tiny-qwen3", "tiny-qwen35"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+                         test::ModelTestName());
 
 }  // namespace
 }  // namespace ellm

@@ -119,11 +119,7 @@ TEST_P(Speculative, GroupsGiveDecodeRowsAndRollBackExactly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(SharedModels, Speculative, testing::ValuesIn(kModels),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         test::ModelTestName());
 
 TEST(SpeculativeGroups, TheRulesOfAcceptAreChecked) {
   auto model = Model::load(shared_model("tiny-qwen35"), spec_limits(2));
