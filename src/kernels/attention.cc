@@ -235,7 +235,7 @@ void run_range(const Item& it, const AttentionSeq& seq, const AttentionShape& sh
       for (int64_t i = 0; i < it.heads; ++i)
         for (int64_t r0 = 0; r0 < per_head;) {
           int64_t rows = 8;
-          while (!kernels.all_heads_supports(hd, rows) || rows > per_head - r0) rows /= 2;
+          while (rows > 1 && (!kernels.all_heads_supports(hd, rows) || rows > per_head - r0)) rows /= 2;
           float* hm = m + i * per_head + r0;
           all_heads(it.kv_head + i, 1, r0, rows, hm, l + i * per_head + r0, acc + (i * per_head + r0) * hd);
           r0 += rows;
