@@ -552,7 +552,8 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--decode-contexts", contexts, "decode at these context lengths (batch 1)");
   app.add_flag("--zero-context", zero_context,
                "decode at a context length over a zeroed KV cache instead of prefilling it first "
-               "(the same bytes read and work done; saves the long prefill)");
+               "(a hybrid model's recurrent state zeroed too; the same bytes read and work done; "
+               "saves the long prefill)");
   app.add_option("--decode-steps", steps, "decode steps per measurement");
   app.add_option("--busy", busy, "also measure decode with another process busy on one core");
   app.add_option("--json", json_path, "also write the JSON lines to this file");

@@ -294,6 +294,20 @@ def main():
         check(fp8_rows and all(x["kv_cache_dtype"] == "fp8" and x["tokens_per_s"] > 0 for x in fp8_rows) and
               fp8_rows[0]["kv_bytes_per_token"] < rows[1]["kv_bytes_per_token"] * 0.6,
               f"bench --kv-cache-dtype fp8 --zero-context: {[(x['kind'], x['kv_bytes_per_token']) for x in fp8_rows]}")
+        # A context's rows give the KV committed against what its positions need (whole pages).
+        contexts = [x for x in decodes if x["kind"] == "decode_context"] + [x for x in fp8_rows if x["kind"] == "decode_context"]
+        check(contexts and all(x["kv_committed_bytes"] >= x["kv_needed_bytes"] == x["kv_bytes_per_token"] * x["context"]
+                               for x in contexts), f"bench: KV committed against needed: {[(x['kv_committed_bytes'], x['kv_needed_bytes']) for x in contexts]}")
+        check("KV at context 300:" in r.stdout, "bench prints the KV committed at each context")
+        # A hybrid model's context is zeros too: its recurrent state set to zeros at the context's end.
+        hybrid_json = os.path.join(tmp, "bench-hybrid.jsonl")
+        must("bench", "--model-path", os.path.join(SHARED, "models", "tiny-qwen35"), "--prompt-lengths", "",
+             "--decode-batches", "", "--decode-contexts", "300", "--zero-context", "--decode-steps", "2",
+             "--busy", "false", "--image-size", "", "--json", hybrid_json)
+        hybrid_rows = [json.loads(line) for line in open(hybrid_json)][1:]
+        check([(x["kind"], x.get("context_filled_by")) for x in hybrid_rows] == [("decode_context", "zeros")] and
+              hybrid_rows[0]["tokens_per_s"] > 0 and hybrid_rows[0]["state_bytes_per_slot"] > 0,
+              f"bench --zero-context on a hybrid model: {[(x['kind'], x.get('context_filled_by')) for x in hybrid_rows]}")
 
         # The busy row: another process spins on a core during one decode run, and is gone after.
         busy_json = os.path.join(tmp, "bench-busy.jsonl")
