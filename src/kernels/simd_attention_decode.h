@@ -201,7 +201,7 @@ void all_heads(const float* q, int64_t ldq, int64_t n_kv_heads, int64_t group, i
           }
       }
 
-      // acc_t += p_tj v_j, head by head from cache, V::kPvRows rows at a time.
+      // acc_t += p_tj v_j, head by head from cache, up to V::kPvRows rows at a time.
       for (int64_t hh = 0; hh < heads; ++hh) {
         const auto* vh = v + j0 * ldkv + (h0 + hh) * kHeadDim;
         for (int r = 0; r < ROWS;) {
