@@ -42,57 +42,44 @@ namespace prefill {
 
 // kt[d][j] = k[j * ldk + d] widened (KvLoad) for j < width, zero for width <= j < ldt; fetches
 // rows further on (`ahead`) meanwhile. L positions x L dims at a time go by the tier's 8x8 (16x16)
-// transpose (the other dtypes widened first); the rest a row's vector at a time, scattered.
+// transpose of the widened rows; the rest a row's vector at a time, scattered.
 template <class V, KvDtype D>
 void transpose_block(const typename KvLoad<V, D>::E* k, int64_t ldk, int64_t width,
                      int64_t head_dim, float* kt, int64_t ldt, const typename KvLoad<V, D>::E* ahead) {
+  using Load = KvLoad<V, D>;
   constexpr int64_t L = V::kLanes;
-  if constexpr (D != KvDtype::f16) {
-    const int64_t full_d = head_dim / L * L, full_j = width / L * L;
-    alignas(64) float column[L];
-    constexpr int64_t kLineElements = 64 / sizeof(typename KvLoad<V, D>::E);
-    for (int64_t j = 0; j < full_j; j += L) {  // L positions x L dims: widened, then transposed
-      for (int64_t d = 0; d < full_d; d += L) {
-        if (d % kLineElements == 0)
-          for (int64_t r = 0; r < L; ++r)
-            _mm_prefetch(reinterpret_cast<const char*>(ahead + (j + r) * ldk + d), V::kPrefetchHint);
-        typename V::F rows[L];
-        for (int64_t r = 0; r < L; ++r) rows[r] = KvLoad<V, D>::load(k + (j + r) * ldk + d);
-        V::transpose_rows(rows, kt + d * ldt + j, ldt);
-      }
-      for (int64_t d = full_d; d < head_dim; ++d)
-        for (int64_t r = 0; r < L; ++r) {
-          V::store(column, KvLoad<V, D>::load(k + (j + r) * ldk + d, 1));
-          kt[d * ldt + j + r] = column[0];
-        }
+  // Dimensions between two fetches of a row's lines: FP16 as tuned; one-byte codes once a line.
+  constexpr int64_t kFetchDims = D == KvDtype::f16 ? V::kPrefetchDims : 64 / int64_t(sizeof(typename Load::E));
+  const int64_t full_d = head_dim / L * L, full_j = width / L * L;
+  alignas(64) float column[L];
+  for (int64_t j = 0; j < full_j; j += L) {  // L positions x L dims: widened, then transposed
+    for (int64_t d = 0; d < full_d; d += L) {
+      if (d % kFetchDims == 0)
+        for (int64_t r = 0; r < L; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + (j + r) * ldk + d), V::kPrefetchHint);
+      typename V::F rows[L];
+      for (int64_t r = 0; r < L; ++r) rows[r] = Load::load(k + (j + r) * ldk + d);
+      V::transpose_rows(rows, kt + d * ldt + j, ldt);
     }
-    for (int64_t j = full_j; j < width; ++j) {
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + j * ldk), V::kPrefetchHint);
-      for (int64_t d = 0; d < full_d; d += L) {
-        V::store(column, KvLoad<V, D>::load(k + j * ldk + d));
-        for (int64_t i = 0; i < L; ++i) kt[(d + i) * ldt + j] = column[i];
+    for (int64_t d = full_d; d < head_dim; ++d)
+      for (int64_t r = 0; r < L; ++r) {
+        V::store(column, Load::load(k + (j + r) * ldk + d, 1));
+        kt[d * ldt + j + r] = column[0];
       }
-      for (int64_t d = full_d; d < head_dim; ++d) {
-        V::store(column, KvLoad<V, D>::load(k + j * ldk + d, 1));
-        kt[d * ldt + j] = column[0];
-      }
+  }
+  for (int64_t j = full_j; j < width; ++j) {  // the last positions a row's vector at a time
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + j * ldk), V::kPrefetchHint);
+    for (int64_t d = 0; d < full_d; d += L) {
+      V::store(column, Load::load(k + j * ldk + d));
+      for (int64_t i = 0; i < L; ++i) kt[(d + i) * ldt + j] = column[i];
     }
-    for (int64_t d = 0; d < head_dim; ++d)
-      for (int64_t j = width; j < ldt; ++j) kt[d * ldt + j] = 0.0f;
-  } else {
-    const int64_t full_j = width / L * L, full_d = head_dim / L * L;
-    for (int64_t j = 0; j < full_j; j += L)
-      for (int64_t d = 0; d < full_d; d += L) {
-        if (d % V::kPrefetchDims == 0)
-          for (int64_t r = 0; r < L; ++r)
-            _mm_prefetch(reinterpret_cast<const char*>(ahead + (j + r) * ldk + d), V::kPrefetchHint);
-        V::transpose(k + j * ldk + d, ldk, kt + d * ldt + j, ldt);
-      }
-    for (int64_t d = 0; d < head_dim; ++d) {
-      for (int64_t j = d < full_d ? full_j : 0; j < width; ++j) kt[d * ldt + j] = f16_to_f32(k[j * ldk + d]);
-      for (int64_t j = width; j < ldt; ++j) kt[d * ldt + j] = 0.0f;
+    for (int64_t d = full_d; d < head_dim; ++d) {
+      V::store(column, Load::load(k + j * ldk + d, 1));
+      kt[d * ldt + j] = column[0];
     }
   }
+  for (int64_t d = 0; d < head_dim; ++d)
+    for (int64_t j = width; j < ldt; ++j) kt[d * ldt + j] = 0.0f;
 }
 
 // s[i][0:L NV] = scale * q_i . kt for R rows (FP8: (q_i . kt) * k_factors * scale).

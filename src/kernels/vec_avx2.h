@@ -132,12 +132,6 @@ struct Avx2Vec {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
                      _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
-  // dst[i * ldd + j] = src[j * lds + i] for an 8 x 8 tile of FP16 to FP32.
-  static void transpose(const uint16_t* src, int64_t lds, float* dst, int64_t ldd) {
-    __m256 r[8];
-    for (int i = 0; i < 8; ++i) r[i] = load_f16(src + i * lds);
-    transpose_rows(r, dst, ldd);
-  }
   // dst[i * ldd + j] = lane i of r[j]: 8 vectors stored as the columns of an 8 x 8 tile.
   static void transpose_rows(__m256* r, float* dst, int64_t ldd) {
     __m256 t[8];

@@ -120,12 +120,6 @@ struct Avx512Vec {
     _mm256_mask_storeu_epi16(out, tail_mask(n),
                              _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
-  // dst[i * ldd + j] = src[j * lds + i] for a 16 x 16 tile of FP16 to FP32.
-  static void transpose(const uint16_t* src, int64_t lds, float* dst, int64_t ldd) {
-    __m512 r[16];
-    for (int i = 0; i < 16; ++i) r[i] = load_f16(src + i * lds);
-    transpose_rows(r, dst, ldd);
-  }
   // dst[i * ldd + j] = lane i of r[j]: 16 vectors stored as the columns of a 16 x 16 tile.
   static void transpose_rows(__m512* r, float* dst, int64_t ldd) {
     __m512 t[16];
