@@ -1,9 +1,11 @@
-// A prompt past 64k positions, fed three ways through one slot: in one pass, that pass in parts
-// (run_part, as the scheduler interleaves decode steps), and in chunks of 8,192 tokens (passes one
-// after another, as a chunked prefill or a resumed session). The logits at positions across the
+// A prompt past 64k positions, fed two ways through one slot: in one pass run in parts of 16,384
+// rows (run_part, as the scheduler interleaves decode steps), and in chunks of 8,192 tokens (passes
+// one after another, as a chunked prefill or a resumed session). The logits at positions across the
 // prompt must agree: bit for bit on tiny-qwen3, whose attention runs the same blocks of positions
 // in any pass; within the golden tolerance on tiny-qwen35, whose chunked delta rule rounds by
-// where a pass cuts its chunks. On the best tier only: a 64k prefill is the cost.
+// where a pass cuts its chunks. That a pass run in parts gives the pass's bits is the golden
+// tests' check on every model and tier (golden_test.cc); it is not repeated here, where each
+// 64k prefill costs over 20 s. On the best tier only.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -71,7 +73,7 @@ double row_err(const float* a, const float* b, int64_t V) {
 
 class LongPrompt : public testing::TestWithParam<std::string> {};
 
-TEST_P(LongPrompt, OnePassPartsAndChunksAgreePast64kPositions) {
+TEST_P(LongPrompt, OnePassInPartsAndChunksAgreePast64kPositions) {
   const std::string name = GetParam();
   set_active_isa(best_isa());
   ServingLimits limits;
@@ -86,8 +88,7 @@ TEST_P(LongPrompt, OnePassPartsAndChunksAgreePast64kPositions) {
   std::vector<int32_t> prompt(kPositions);
   for (int32_t& t : prompt) t = token(rng);
 
-  const std::vector<float> one_pass = sampled_logits(*model, prompt, kPositions, 0);
-  const std::vector<float> parts = sampled_logits(*model, prompt, kPositions, 16384);
+  const std::vector<float> one_pass = sampled_logits(*model, prompt, kPositions, 16384);
   const std::vector<float> chunks = sampled_logits(*model, prompt, 8192, 0);
   for (float x : one_pass) ASSERT_TRUE(std::isfinite(x)) << name;
 
@@ -96,8 +97,6 @@ TEST_P(LongPrompt, OnePassPartsAndChunksAgreePast64kPositions) {
   for (size_t i = 0; i < kSampled.size(); ++i) {
     const float* a = one_pass.data() + i * size_t(V);
     const std::string where = name + " " + isa_name(best_isa()) + " position " + std::to_string(kSampled[i]);
-    // The parts of one pass run the same rows in the same blocks: bits on every model.
-    ASSERT_TRUE(std::equal(a, a + V, parts.data() + i * size_t(V))) << where << ": in parts";
     const float* c = chunks.data() + i * size_t(V);
     if (hybrid)
       EXPECT_LE(row_err(a, c, V), atol) << where << ": in chunks";
