@@ -3,17 +3,22 @@
 # n-gram table as sparse-file holes), `ellm bench` against the limits measured in the same run:
 # prefill at PROMPTS, decode at batch 1 at 64 positions and at CONTEXTS, the table's resident
 # share and page faults per token, and a prefill with the table's pages dropped (cold).
+# CONTEXTS are decoded over a zeroed cache and state (--zero-context: the same bytes read and
+# work done, without the hours a 128k prefill takes on a small machine); ZERO_CONTEXT=0 prefills
+# them instead.
 # Usage: bench/qwen38_flash_next.sh [MODEL_DIR] (written by make-model when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-/work/models/qwen3.8-flash-next-l4-fp8}
 layers=${LAYERS:-4}
 prompts=${PROMPTS:-512,2048}
-contexts=${CONTEXTS:-4096}
+contexts=${CONTEXTS:-4096,131072}
+zero=()
+[ "${ZERO_CONTEXT:-1}" = 1 ] && zero=(--zero-context)
 if [ ! -f "$model/config.json" ]; then
   build/ellm make-model --preset qwen3.8-flash-next --layers "$layers" --dtype fp8 --out "$model"
 fi
 lscpu | grep -E "Model name|^CPU\(s\)|Flags" | sed 's/Flags:.*\(avx512[a-z_0-9]*\|amx[a-z_0-9]*\).*/Flags: (avx512\/amx present)/' | head -3
 du -sh --apparent-size "$model"; du -sh "$model"
 build/ellm bench --model-path "$model" --prompt-lengths "$prompts" --decode-batches 1 \
-  --decode-contexts "$contexts" --decode-steps 16 --busy false --json "${JSON:-/tmp/qwen38_bench.json}"
+  --decode-contexts "$contexts" "${zero[@]}" --decode-steps 16 --busy false --json "${JSON:-/tmp/qwen38_bench.json}"

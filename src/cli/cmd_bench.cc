@@ -736,8 +736,8 @@ int cmd_bench(int argc, char** argv) {
       }
     }
     // A table read in place: a prefill with the table warm, then with its pages dropped from
-    // memory (as after a restart or under memory pressure).
-    if (model->mapped_table().bytes > 0) {
+    // memory (as after a restart or under memory pressure), when the run prefills.
+    if (model->mapped_table().bytes > 0 && !lengths.empty()) {
       const int64_t length = std::find(lengths.begin(), lengths.end(), 2048) != lengths.end() ? 2048 : lengths.front();
       const json warm = bench.prefill(length);
       model->evict_mapped_table();

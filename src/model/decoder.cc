@@ -326,19 +326,20 @@ void Decoder::lm_head(const PassRows& r, float* logits) {
     if (tokens[t].want_logits) want_rows_[n_want++] = int32_t(t);
   if (n_want == 0) return;
   if (!logits) fail("forward", "tokens want logits but no output buffer was given");
-  const int64_t W = residual_width();
+  lm_head_input(r.x, want_rows_.data(), n_want);
   ctx_.rows(n_want, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      final_row(i, r.x + want_rows_[i] * W, normed_.xn + i * H);
-      convert_f32_to_bf16(normed_.xn + i * H, normed_.xb + i * H, H);
-    }
+    convert_f32_to_bf16(normed_.xn + begin * H, normed_.xb + begin * H, (end - begin) * H);
   });
   ctx_.gemm(Op::lm_head, normed_.xb, n_want, H, decoder_weights_->lm_head, logits, V, false);
 }
 
-void Decoder::final_row(int64_t, const float* x, float* out) {
-  const int64_t H = config_.hidden_size;
-  rmsnorm(x, 1, H, H, decoder_weights_->final_norm.get(), float(config_.rms_norm_eps), out, H);
+void Decoder::lm_head_input(const float* x, const int32_t* rows, int64_t n) {
+  const int64_t H = config_.hidden_size, W = residual_width();
+  ctx_.rows(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      rmsnorm(x + rows[i] * W, 1, H, H, decoder_weights_->final_norm.get(), float(config_.rms_norm_eps),
+              normed_.xn + i * H, H);
+  });
 }
 
 void Decoder::accept(int slot, int64_t end) {

@@ -5,7 +5,7 @@
 // from Decoder, loads its own weights, and supplies its decoder layer:
 //   x = embed(tokens); for each layer l: layer(l, rows); logits = lm_head(norm(x))
 // An architecture may widen the residual to several streams of hidden values each (streams_,
-// every stream starting as the embedding) and replace the final norm (final_row).
+// every stream starting as the embedding) and replace the final norm (lm_head_input).
 // All buffers are planned at load for the largest pass; a pass allocates nothing.
 #include <chrono>
 #include <cstdint>
@@ -101,9 +101,9 @@ class Decoder : public Model {
   virtual void after_pass(const PassRows& rows) {}           // after the last layer and lm_head
   virtual void for_each_matrix(const MatrixFn& fn) = 0;      // every packed matrix, for --activations
   virtual void describe(std::string& load_line) const {}     // appended to the load line
-  // The lm_head's input row i (< max_pass_tokens) from a residual row x: by default the final
-  // RMSNorm.                                        x: [streams_ hidden]   out: [hidden]
-  virtual void final_row(int64_t i, const float* x, float* out);
+  // The lm_head's inputs, normed_.xn's rows [0, n), from the residual rows
+  // x + rows[i] * residual_width(): by default the final RMSNorm.
+  virtual void lm_head_input(const float* x, const int32_t* rows, int64_t n);
 
   // Once the architecture has loaded its weights: the slots' memory, the plan and the load
   // line. widest_input: the widest row of any matrix product's input (the BF16 scratch).

@@ -29,6 +29,10 @@ enum class Op {
   gdn_norm,   // the gated output norm
   gate_mul,   // gated attention: o * sigmoid(gate)
   mtp_fc,     // the MTP head's input product
+  hyper_mix,  // hyper-connections: a block's input mixed from the residual streams
+  ngram_gather,  // the n-gram table's rows
+  ngram_proj,    // the n-gram module's projections, gates and norms
+  indexer,    // sparse attention: the indexer's block scores
   count
 };
 
@@ -45,12 +49,17 @@ class OpProfiler {
     }
     auto start = std::chrono::steady_clock::now();
     fn();
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    add(op, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), flops, bytes);
+  }
+  // An op its caller timed (a share of a team's run).
+  void add(Op op, double seconds, double flops, double bytes) {
+    if (!sink_) return;
     static const char* names[] = {"embed",   "kv_commit", "norm",       "qkv",         "qk_norm_rope",
                                   "attention", "o_proj", "gate_up",    "silu_mul",    "down",
                                   "moe_router", "moe_experts", "moe_combine", "lm_head",
                                   "gdn_conv",  "gdn_gates",   "gdn_delta",   "gdn_norm",
-                                  "gate_mul",  "mtp_fc"};
+                                  "gate_mul",  "mtp_fc",      "hyper_mix",   "ngram_gather",
+                                  "ngram_proj", "indexer"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(Op::count));
     bool gemm = op == Op::qkv || op == Op::o_proj || op == Op::gate_up || op == Op::down ||
                 op == Op::moe_experts || op == Op::lm_head || op == Op::mtp_fc;

@@ -309,6 +309,19 @@ def main():
               hybrid_rows[0]["tokens_per_s"] > 0 and hybrid_rows[0]["state_bytes_per_slot"] > 0,
               f"bench --zero-context on a hybrid model: {[(x['kind'], x.get('context_filled_by')) for x in hybrid_rows]}")
 
+        # Qwen3.8-Flash-Next's context as zeros: no prefill, so no cold-table prefill either; past
+        # its indexer's budget (32 positions) the step's profile has the indexer's block scores,
+        # attention over the kept positions only, the hyper-connection mixes and the n-gram module.
+        q4_json = os.path.join(tmp, "bench-q4.jsonl")
+        must("bench", "--model-path", os.path.join(SHARED, "models", "tiny-qwen4exp"), "--prompt-lengths", "",
+             "--decode-batches", "", "--decode-contexts", "300", "--zero-context", "--decode-steps", "2",
+             "--busy", "false", "--json", q4_json)
+        q4_rows = [json.loads(line) for line in open(q4_json)][1:]
+        q4_ops = {o["op"]: o for o in q4_rows[0]["ops"]} if q4_rows else {}
+        check([x["kind"] for x in q4_rows] == ["decode_context"] and q4_rows[0]["tokens_per_s"] > 0 and
+              all(q4_ops.get(op, {}).get("bytes", 0) > 0 for op in ("indexer", "attention", "hyper_mix", "ngram_proj")),
+              f"bench --zero-context on tiny-qwen4exp: {[x['kind'] for x in q4_rows]}, ops {sorted(q4_ops)}")
+
         # The busy row: another process spins on a core during one decode run, and is gone after.
         busy_json = os.path.join(tmp, "bench-busy.jsonl")
         must("bench", "--model-path", tiny, "--prompt-lengths", "", "--decode-batches", "1",

@@ -105,6 +105,9 @@ Qwen4ExpConfig parse_qwen4exp_fields(const json& root, const std::string& where,
 
   // QSA's indexer.
   x.indexer_heads = positive(j, where, "indexer_n_heads", true);
+  if (x.indexer_heads > kMaxIndexHeads)
+    fail(where, "indexer_n_heads " + std::to_string(x.indexer_heads) + " is more than the " +
+                    std::to_string(kMaxIndexHeads) + " ellm supports");
   x.indexer_head_dim = positive(j, where, "indexer_head_dim", true);
   x.indexer_budget = positive(j, where, "indexer_budget", true);
   x.indexer_ratio = positive(j, where, "indexer_compress_ratio", true);
@@ -233,6 +236,7 @@ void Qwen4ExpModel::plan(ActivationPlan& plan) {
   plan_shared_expert(plan, shared_, T, size_t(c.hidden_size), size_t(c.shared_expert_intermediate_size));
   if (!extra_.ple_layers.empty()) plan_ngram_embedding(plan, ple_, ple_spec_, T, size_t(limits_.batch_size));
   plan.carve(block_out_, T * size_t(c.hidden_size));
+  plan.carve(final_x_, T * size_t(residual_width()));
 }
 
 // The block input u = mix(X) into normed_.xn, and its BF16 copy into normed_.xb.
@@ -272,9 +276,13 @@ void Qwen4ExpModel::layer(int64_t l, const PassRows& rows) {
   hyper_inject(ctx_, hc_spec_, hc_, block_out_, n, rows.x);
 }
 
-// The final mixer in place of the final norm.
-void Qwen4ExpModel::final_row(int64_t i, const float* x, float* out) {
-  hyper_mix_rows(hc_spec_, weights_.mixer, x, 1, hc_, i, out);
+// The final mixer in place of the final norm, over the wanted rows gathered.
+void Qwen4ExpModel::lm_head_input(const float* x, const int32_t* rows, int64_t n) {
+  const int64_t W = residual_width();
+  ctx_.rows(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) std::copy_n(x + rows[i] * W, W, final_x_ + i * W);
+  });
+  hyper_mix(ctx_, hc_spec_, weights_.mixer, final_x_, n, hc_, normed_.xn);
 }
 
 void Qwen4ExpModel::for_each_matrix(const MatrixFn& fn) {

@@ -73,7 +73,7 @@ class Qwen4ExpModel final : public Decoder {
   void describe(std::string& load_line) const override;
   MappedTableStatus mapped_table() const override;
   void evict_mapped_table() override;
-  void final_row(int64_t i, const float* x, float* out) override;
+  void lm_head_input(const float* x, const int32_t* rows, int64_t n) override;
   // u = bf16 copy of the block input in normed_ (xn holds it in FP32).
   void block_input(const HyperConnectionWeights& hc, const PassRows& rows);
 
@@ -92,6 +92,7 @@ class Qwen4ExpModel final : public Decoder {
   SharedExpertBuffers shared_;
   NgramEmbeddingBuffers ple_;
   float* block_out_ = nullptr;  // [T][hidden]  a block's output before the write-back
+  float* final_x_ = nullptr;    // [T][hc_count hidden]  the residual rows that want logits
 };
 
 // The config parser the registry calls (registry.cc).

@@ -28,6 +28,24 @@ class BlockContext {
       if (begin < end) fn(begin, end);
     });
   }
+  // out[t][r] = x[t] . w[r] (dot_rows_f32) for n rows of x and `rows` rows of w, on every
+  // member: a long pass splits its rows of x, a short one (a decode step, a speculative group)
+  // the rows of w, so that every member reads a share of the weights. Each output is the same
+  // bits either way.                        x: [n][dim] at ldx   w: [rows][dim]   out: at ldo
+  void dot_rows(const float* x, int64_t n, int64_t ldx, const float* w, int64_t rows, int64_t dim,
+                float* out, int64_t ldo) {
+    team.run([&](int member, int n_members) {
+      if (n >= kRowsPerMemberToSplitTokens * n_members) {
+        auto [begin, end] = split_range(n, member, n_members);
+        if (begin < end) dot_rows_f32(x + begin * ldx, end - begin, ldx, w, rows, dim, out + begin * ldo, ldo);
+      } else {
+        auto [begin, end] = split_range(rows, member, n_members);
+        if (begin < end) dot_rows_f32(x, n, ldx, w + begin * dim, end - begin, dim, out + begin, ldo);
+      }
+    });
+  }
+  static constexpr int64_t kRowsPerMemberToSplitTokens = 16;
+
   // y (+)= x @ W^T on every member, timed as `op`; decode-sized products share out their last
   // quarter as the members go (matmul_pool).
   void gemm(Op op, const bf16* x, int64_t m, int64_t ldx, const PackedWeights& w, float* y,

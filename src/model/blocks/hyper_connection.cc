@@ -29,40 +29,36 @@ void plan_hyper_connection(ActivationPlan& plan, HyperConnectionBuffers& b,
   plan.carve(b.weight, T * size_t(s.streams));
 }
 
-void hyper_mix_rows(const HyperConnectionSpec& s, const HyperConnectionWeights& w, const float* x,
-                    int64_t m, HyperConnectionBuffers& b, int64_t row0, float* u) {
-  const int64_t H = s.hidden, S = s.streams, W = s.width(), R = s.lowrank;
-  if (m <= 0) return;
-  float* xn = b.xn + row0 * W;
-  float* a = b.a + row0 * R;
-  float* g = b.g + row0 * W;
-  for (int64_t t = 0; t < m; ++t)  // each stream normed on its own, the gain spanning all
-    for (int64_t st = 0; st < S; ++st)
-      rmsnorm(x + t * W + st * H, 1, H, H, w.norm.get() + st * H, s.eps, xn + t * W + st * H, H);
-  dot_rows_f32(xn, m, W, w.down.get(), R, W, a, R);
-  for (int64_t i = 0; i < m * R; ++i) a[i] = silu(a[i] / float(S));
-  dot_rows_f32(a, m, R, w.up.get(), W, R, g, W);
-  for (int64_t t = 0; t < m; ++t) {
-    float* ut = u + t * H;
-    const float* gt = g + t * W;
-    const float* xt = xn + t * W;
-    for (int64_t i = 0; i < H; ++i) {
-      float sum = 0;
-      for (int64_t st = 0; st < S; ++st) sum += sigmoid(gt[st * H + i]) * xt[st * H + i];
-      ut[i] = sum / float(S);
-    }
-  }
-  if (!w.inject) return;
-  float* weight = b.weight + row0 * S;
-  dot_rows_f32(xn, m, W, w.inject.get(), S, W, weight, S);
-  for (int64_t i = 0; i < m * S; ++i) weight[i] = 2.0f * sigmoid(weight[i] / float(S));
-}
-
 void hyper_mix(BlockContext& ctx, const HyperConnectionSpec& s, const HyperConnectionWeights& w,
                const float* x, int64_t n, HyperConnectionBuffers& b, float* u) {
-  ctx.profiler.time(Op::norm, 0, 0, [&] {
+  const int64_t H = s.hidden, S = s.streams, W = s.width(), R = s.lowrank;
+  if (n <= 0) return;
+  ctx.profiler.time(Op::hyper_mix, 2.0 * double(n) * double(W) * double(2 * R + (w.inject ? S : 0)),
+                    double(W) * double(2 * R + (w.inject ? S : 0)) * sizeof(float), [&] {
+    ctx.rows(n, [&](int64_t begin, int64_t end) {  // each stream normed on its own, the gain spanning all
+      for (int64_t t = begin; t < end; ++t)
+        for (int64_t st = 0; st < S; ++st)
+          rmsnorm(x + t * W + st * H, 1, H, H, w.norm.get() + st * H, s.eps, b.xn + t * W + st * H, H);
+    });
+    ctx.dot_rows(b.xn, n, W, w.down.get(), R, W, b.a, R);
     ctx.rows(n, [&](int64_t begin, int64_t end) {
-      hyper_mix_rows(s, w, x + begin * s.width(), end - begin, b, begin, u + begin * s.hidden);
+      for (int64_t i = begin * R; i < end * R; ++i) b.a[i] = silu(b.a[i] / float(S));
+    });
+    ctx.dot_rows(b.a, n, R, w.up.get(), W, R, b.g, W);
+    if (w.inject) ctx.dot_rows(b.xn, n, W, w.inject.get(), S, W, b.weight, S);
+    ctx.rows(n, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        float* ut = u + t * H;
+        const float* gt = b.g + t * W;
+        const float* xt = b.xn + t * W;
+        for (int64_t i = 0; i < H; ++i) {
+          float sum = 0;
+          for (int64_t st = 0; st < S; ++st) sum += sigmoid(gt[st * H + i]) * xt[st * H + i];
+          ut[i] = sum / float(S);
+        }
+        if (w.inject)
+          for (int64_t st = 0; st < S; ++st) b.weight[t * S + st] = 2.0f * sigmoid(b.weight[t * S + st] / float(S));
+      }
     });
   });
 }

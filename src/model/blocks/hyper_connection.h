@@ -47,11 +47,9 @@ struct HyperConnectionBuffers {
 void plan_hyper_connection(ActivationPlan& plan, HyperConnectionBuffers& b,
                            const HyperConnectionSpec& spec, size_t max_tokens);
 
-// m rows of X: u (and, with inject weights, the write-back weights), the rows' scratch and
-// weights at rows [row0, row0 + m) of b.              x: [m][streams hidden]   u: [m][hidden]
-void hyper_mix_rows(const HyperConnectionSpec& spec, const HyperConnectionWeights& w,
-                    const float* x, int64_t m, HyperConnectionBuffers& b, int64_t row0, float* u);
-// The same over n rows on the team.
+// u (and, with inject weights, the write-back weights) for n rows of X, on the team: a decode
+// step's products split among the members by their weights' rows.
+//                                                  x: [n][streams hidden]   u: [n][hidden]
 void hyper_mix(BlockContext& ctx, const HyperConnectionSpec& spec, const HyperConnectionWeights& w,
                const float* x, int64_t n, HyperConnectionBuffers& b, float* u);
 // X_s = X_s + w_s * y for n rows, w from the last hyper_mix.          y: [n][hidden]

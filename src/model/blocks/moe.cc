@@ -92,10 +92,9 @@ void moe(BlockContext& ctx, const MoeSpec& s, const MoeWeights& w, const NormedR
 
   // Routing per token, all in FP32.
   auto route = [&] {
+    // router_logits = xn @ Wrouter^T                                 router_logits: [n][E]
+    ctx.dot_rows(normed.xn, n, H, w.router.get(), E, H, b.router_logits, E);
     ctx.rows(n, [&](int64_t begin, int64_t end) {
-      // router_logits = xn @ Wrouter^T                               router_logits: [n][E]
-      dot_rows_f32(normed.xn + begin * H, end - begin, H, w.router.get(), E, H,
-                   b.router_logits + begin * E, E);
       for (int64_t t = begin; t < end; ++t) {
         float* p = b.router_logits + t * E;  // then the softmax over all experts
         float max_logit = -INFINITY;

@@ -219,7 +219,7 @@ void ngram_embedding(BlockContext& ctx, const NgramEmbeddingSpec& s, const Ngram
 
   // The rows gathered, a prompt's read ahead first and split among the members, so that the
   // page faults of a cold table overlap.                                 emb: [n][E]
-  ctx.profiler.time(Op::embed, 0, double(n * heads) * double(w.row_bytes), [&] {
+  ctx.profiler.time(Op::ngram_gather, 0, double(n * heads) * double(w.row_bytes), [&] {
     auto gather = [&](int64_t begin, int64_t end) {
       const FaultCounter faults;
       for (int64_t t = begin; t < end; ++t)
@@ -233,11 +233,10 @@ void ngram_embedding(BlockContext& ctx, const NgramEmbeddingSpec& s, const Ngram
   });
 
   // key, value; the gates against the normed streams; gv and its norm.
-  ctx.profiler.time(Op::norm, 2.0 * double(n * E * (W + H)), 0, [&] {
+  ctx.profiler.time(Op::ngram_proj, 2.0 * double(n * E * (W + H)), double(E * (W + H)) * sizeof(float), [&] {
+    ctx.dot_rows(b.emb, n, E, w.key_proj.get(), W, E, b.key, W);
+    ctx.dot_rows(b.emb, n, E, w.value_proj.get(), H, E, b.value, H);
     ctx.rows(n, [&](int64_t begin, int64_t end) {
-      const int64_t m = end - begin;
-      dot_rows_f32(b.emb + begin * E, m, E, w.key_proj.get(), W, E, b.key + begin * W, W);
-      dot_rows_f32(b.emb + begin * E, m, E, w.value_proj.get(), H, E, b.value + begin * H, H);
       for (int64_t t = begin; t < end; ++t) {
         float* key = b.key + t * W;
         float* query = b.normed + t * W;

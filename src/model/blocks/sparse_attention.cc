@@ -1,9 +1,10 @@
 #include "model/blocks/sparse_attention.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
-
-#include "kernels/kv_rows.h"
+#include <cstring>
 
 namespace ellm {
 
@@ -21,12 +22,20 @@ void plan_sparse_attention(ActivationPlan& plan, SparseAttentionBuffers& b, cons
                            const KvCache& kv, int64_t T, int64_t max_positions, int members) {
   plan_attention(plan, b.attention, s.attention, kv, T, members);
   b.max_blocks = max_positions / s.ratio + 1;
-  const size_t M = size_t(members);
+  const size_t M = size_t(members), kept = size_t(s.max_kept());
+  b.kept_shape = b.attention.shape;
+  b.kept_shape.max_positions = s.max_kept();
+  b.member_scratch_floats = attention_scratch_floats(b.kept_shape, 1, 1, 1);
   plan.carve(b.index, size_t(T) * size_t(s.index_width()));
+  // A short pass has fewer rows than members: its rows use the members' places.
   plan.carve(b.scores, M * size_t(b.max_blocks));
   plan.carve(b.order, M * size_t(b.max_blocks));
-  plan.carve(b.kept, M * size_t(s.max_kept()));
-  plan.carve(b.weights, M * size_t(s.max_kept()));
+  plan.carve(b.kept, M * kept);
+  plan.carve(b.kept_k, M * kept * kv.row_bytes());
+  plan.carve(b.kept_v, M * kept * kv.row_bytes());
+  plan.carve(b.member_scratch, M * b.member_scratch_floats);
+  plan.carve(b.shared_scratch, attention_scratch_floats(b.kept_shape, members, members, members));
+  b.seqs.resize(size_t(T));
 }
 
 void sparse_attention(BlockContext& ctx, const SparseAttentionSpec& s, const SparseAttentionWeights& w,
@@ -41,9 +50,9 @@ void sparse_attention(BlockContext& ctx, const SparseAttentionSpec& s, const Spa
   project_qkv_to_cache(ctx, a, w.attention, kv, kv_layer, r, xb, b.attention);
 
   // The indexer's queries (normed, rotated) and raw keys (into the cache).
-  ctx.profiler.time(Op::qk_norm_rope, 2.0 * double(n * H * IW), 0, [&] {
+  ctx.profiler.time(Op::qk_norm_rope, 2.0 * double(n * H * IW), double(H * IW) * sizeof(float), [&] {
+    ctx.dot_rows(u, n, H, w.index_proj.get(), IW, H, b.index, IW);
     ctx.rows(n, [&](int64_t begin, int64_t end) {
-      dot_rows_f32(u + begin * H, end - begin, H, w.index_proj.get(), IW, H, b.index + begin * IW, IW);
       for (int64_t t = begin; t < end; ++t) {
         float* q = b.index + t * IW;
         rmsnorm(q, IH, ID, ID, w.q_layernorm.get(), a.eps, q, ID);
@@ -74,73 +83,106 @@ void sparse_attention(BlockContext& ctx, const SparseAttentionSpec& s, const Spa
     }
   });
 
-  // Per row: the kept positions, then attention over them, head by head.
-  const int64_t heads_per_kv = a.heads / a.kv_heads;
-  const float index_scale = 1.0f / std::sqrt(float(ID)), scale = 1.0f / std::sqrt(float(hd));
-  ctx.profiler.time(Op::attention, 0, 0, [&] {
+  // Per row: the indexer's block scores, the kept positions, and their K and V rows gathered in
+  // order; then attention over the gathered rows as over a context of n_kept positions (or over
+  // the cache itself where every position is kept). A short pass (decode) splits each row's
+  // blocks and then the attention among the members; a long one gives each member its rows.
+  const float index_scale = 1.0f / std::sqrt(float(ID));
+  const size_t row_bytes = kv.row_bytes();
+  const bool short_pass = n < ctx.team.size();
+  auto score_blocks = [&](int64_t t, int64_t first, int64_t last, float* scores) {
+    const BatchToken& token = r.tokens[t];
+    const float* cache = kv.extra(kv_layer, token.slot);
+    const float* q = b.index + t * IW;
+    float dots[kMaxIndexHeads];
+    for (int64_t blk = first; blk < last; ++blk) {
+      dot_rows_f32(q, IH, ID, cache + (blk * R + R - 1) * C + ID, 1, ID, dots, 1);
+      float score = 0;
+      for (int64_t i = 0; i < IH; ++i) score += std::max(dots[i], 0.0f);
+      scores[blk] = score * index_scale;
+    }
+  };
+  // The kept positions of row t (scores: its blocks'), their rows gathered into slot `into`;
+  // its attention sequence.
+  auto select_and_gather = [&](int64_t t, const float* scores, int64_t into) {
+    const BatchToken& token = r.tokens[t];
+    const int64_t p = token.position, blocks = (p + 1) / R;
+    AttentionSeq& seq = b.seqs[size_t(t)];
+    seq = {b.attention.q + t * Q, b.attention.out + t * Q, 1, p, kv.k(kv_layer, token.slot),
+           kv.v(kv_layer, token.slot)};
+    if (blocks <= s.top_blocks()) return p + 1;  // every position: the cache as it is
+    int32_t* order = b.order + into * b.max_blocks;
+    int32_t* kept = b.kept + into * s.max_kept();
+    for (int64_t blk = 0; blk < blocks; ++blk) order[blk] = int32_t(blk);
+    const int64_t n_blocks = s.top_blocks();
+    std::nth_element(order, order + n_blocks - 1, order + blocks, [&](int32_t x, int32_t z) {
+      return scores[x] > scores[z] || (scores[x] == scores[z] && x < z);
+    });
+    std::sort(order, order + n_blocks);
+    int64_t n_kept = 0;
+    for (int64_t i = 0; i < n_blocks; ++i)
+      for (int64_t j = 0; j < R; ++j) kept[n_kept++] = int32_t(order[i] * R + j);
+    for (int64_t pos = blocks * R; pos <= p; ++pos) kept[n_kept++] = int32_t(pos);
+    uint8_t* k = b.kept_k + size_t(into) * size_t(s.max_kept()) * row_bytes;
+    uint8_t* v = b.kept_v + size_t(into) * size_t(s.max_kept()) * row_bytes;
+    for (int64_t j = 0; j < n_kept; ++j) {
+      std::memcpy(k + size_t(j) * row_bytes, kv.k_row(kv_layer, token.slot, kept[j]), row_bytes);
+      std::memcpy(v + size_t(j) * row_bytes, kv.v_row(kv_layer, token.slot, kept[j]), row_bytes);
+    }
+    seq.q_start = n_kept - 1;
+    seq.k = k;
+    seq.v = v;
+    return n_kept;
+  };
+
+  double index_flops = 0, kept_positions = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t p = r.tokens[t].position;
+    index_flops += 2.0 * double((p + 1) / R) * double(IH * ID);
+    kept_positions += double(std::min(p + 1, s.max_kept()));
+  }
+  const double index_bytes = index_flops / double(IH) * 2.0;  // each block key's floats once
+  const double attention_flops = 4.0 * double(a.heads * hd) * kept_positions;
+  const double kept_bytes = 2.0 * double(row_bytes) * kept_positions;
+  if (short_pass) {  // each row's blocks split among the members, then its attention
+    ctx.profiler.time(Op::indexer, index_flops, index_bytes, [&] {
+      ctx.team.run([&](int m, int nm) {
+        for (int64_t t = 0; t < n; ++t) {
+          auto [first, last] = split_range((r.tokens[t].position + 1) / R, m, nm);
+          score_blocks(t, first, last, b.scores + t * b.max_blocks);
+        }
+      });
+    });
+    ctx.profiler.time(Op::attention, attention_flops, kept_bytes, [&] {
+      ctx.rows(n, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) select_and_gather(t, b.scores + t * b.max_blocks, t);
+      });
+      ctx.team.run([&](int m, int nm) { attention(b.seqs.data(), n, b.kept_shape, b.shared_scratch, m, nm); });
+    });
+  } else {  // each member its rows, one after another: scores, kept positions, attention
+    const bool timed = ctx.profiler.sink() != nullptr;
+    std::atomic<int64_t> index_ns{0};
+    const auto start = std::chrono::steady_clock::now();
     ctx.team.run([&](int m, int nm) {
       auto [begin, end] = split_range(n, m, nm);
       float* scores = b.scores + m * b.max_blocks;
-      int32_t* order = b.order + m * b.max_blocks;
-      int32_t* kept = b.kept + m * s.max_kept();
-      float* weights = b.weights + m * s.max_kept();
+      std::chrono::steady_clock::duration indexing{};
       for (int64_t t = begin; t < end; ++t) {
-        const BatchToken& token = r.tokens[t];
-        const int64_t p = token.position, blocks = (p + 1) / R;
-        const float* cache = kv.extra(kv_layer, token.slot);
-        const float* q = b.index + t * IW;
-        for (int64_t blk = 0; blk < blocks; ++blk) {
-          const float* key = cache + (blk * R + R - 1) * C + ID;
-          float score = 0;
-          for (int64_t i = 0; i < IH; ++i) {
-            float dot = 0;
-            for (int64_t d = 0; d < ID; ++d) dot += q[i * ID + d] * key[d];
-            score += std::max(dot, 0.0f);
-          }
-          scores[blk] = score * index_scale;
-          order[blk] = int32_t(blk);
-        }
-        int64_t n_blocks = blocks;
-        if (blocks > s.top_blocks()) {
-          n_blocks = s.top_blocks();
-          std::nth_element(order, order + n_blocks - 1, order + blocks, [&](int32_t x, int32_t z) {
-            return scores[x] > scores[z] || (scores[x] == scores[z] && x < z);
-          });
-          std::sort(order, order + n_blocks);
-        }
-        int64_t n_kept = 0;
-        for (int64_t i = 0; i < n_blocks; ++i)
-          for (int64_t j = 0; j < R; ++j) kept[n_kept++] = int32_t(order[i] * R + j);
-        for (int64_t pos = blocks * R; pos <= p; ++pos) kept[n_kept++] = int32_t(pos);
-
-        const KvDtype dtype = kv.dtype();
-        for (int64_t h = 0; h < a.heads; ++h) {
-          const float* qh = b.attention.q + t * Q + h * hd;
-          const int64_t kvh = h / heads_per_kv;
-          float top = -INFINITY;
-          for (int64_t j = 0; j < n_kept; ++j) {
-            const uint8_t* k = kv.k_row(kv_layer, token.slot, kept[j]);
-            float dot = 0;
-            for (int64_t d = 0; d < hd; ++d) dot += qh[d] * kv_element(k, dtype, a.kv_heads, hd, kvh, d);
-            weights[j] = dot * scale;
-            top = std::max(top, weights[j]);
-          }
-          float sum = 0;
-          for (int64_t j = 0; j < n_kept; ++j) {
-            weights[j] = std::exp(weights[j] - top);
-            sum += weights[j];
-          }
-          float* o = b.attention.out + t * Q + h * hd;
-          std::fill_n(o, hd, 0.0f);
-          for (int64_t j = 0; j < n_kept; ++j) {
-            const uint8_t* v = kv.v_row(kv_layer, token.slot, kept[j]);
-            const float pj = weights[j] / sum;
-            for (int64_t d = 0; d < hd; ++d) o[d] += pj * kv_element(v, dtype, a.kv_heads, hd, kvh, d);
-          }
-        }
+        const auto scored = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+        score_blocks(t, 0, (r.tokens[t].position + 1) / R, scores);
+        if (timed) indexing += std::chrono::steady_clock::now() - scored;
+        select_and_gather(t, scores, m);
+        attention(&b.seqs[size_t(t)], 1, b.kept_shape, b.member_scratch + m * b.member_scratch_floats, 0, 1);
       }
+      index_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(indexing).count();
     });
-  });
+    if (timed) {  // the indexer's share: the members' mean time in it
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double indexing = double(index_ns.load()) * 1e-9 / double(ctx.team.size());
+      ctx.profiler.add(Op::indexer, indexing, index_flops, index_bytes);
+      ctx.profiler.add(Op::attention, seconds - indexing, attention_flops, kept_bytes);
+    }
+  }
 
   project_output(ctx, a, w.attention, n, xb, b.attention, y, /*accumulate=*/false);
 }

@@ -20,6 +20,8 @@
 
 namespace ellm {
 
+constexpr int64_t kMaxIndexHeads = 64;
+
 struct SparseAttentionSpec {
   AttentionSpec attention;  // gated
   int64_t index_heads = 0, index_dim = 0, budget = 0, ratio = 0;
@@ -41,12 +43,20 @@ SparseAttentionWeights load_sparse_attention(TensorLoader& load, const std::stri
                                              const SparseAttentionSpec& spec);
 
 struct SparseAttentionBuffers {
-  AttentionBuffers attention;
-  float* index;   // [T][index_width]
-  float* scores;  // [members][max blocks]
-  int32_t* order;  // [members][max blocks]
-  int32_t* kept;   // [members][max_kept]
-  float* weights;  // [members][max_kept]
+  AttentionBuffers attention;  // its scratch unused: the kept rows' shape has its own
+  AttentionShape kept_shape;   // the attention kernels' shape over kept rows
+  float* index;    // [T][index_width]
+  // Per member (a short pass: per row): the block scores, their order, the kept positions and
+  // their K and V rows.
+  float* scores;     // [members][max blocks]
+  int32_t* order;    // [members][max blocks]
+  int32_t* kept;     // [members][max_kept]
+  uint8_t* kept_k;   // [members][max_kept][KV row bytes]
+  uint8_t* kept_v;
+  float* member_scratch;  // [members][member_scratch_floats]  a member's attention alone
+  float* shared_scratch;  // the members' attention together (a short pass)
+  size_t member_scratch_floats = 0;
+  std::vector<AttentionSeq> seqs;  // [T]
   int64_t max_blocks = 0;
 };
 
