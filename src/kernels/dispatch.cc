@@ -26,7 +26,7 @@ std::array<KernelTable, 4> complete_tables() {
             &KernelTable::convert_fp8_e4m3_to_f32,
             &KernelTable::convert_f32_to_f16, &KernelTable::rmsnorm, &KernelTable::norm_rope,
             &KernelTable::rope_partial, &KernelTable::silu_mul, &KernelTable::softmax_exp, &KernelTable::gelu_tanh,
-            &KernelTable::dot_rows_f32, &KernelTable::conv1d_silu, &KernelTable::l2norm,
+            &KernelTable::dot_rows_f32, &KernelTable::dot_rows_fp8, &KernelTable::conv1d_silu, &KernelTable::l2norm,
             &KernelTable::gated_rmsnorm, &KernelTable::gated_delta_step,
             &KernelTable::gated_delta_chunk, &KernelTable::pack_weights, &KernelTable::matmul,
             &KernelTable::matmul_fp8, &KernelTable::matmul_int4,
@@ -108,6 +108,11 @@ float softmax_exp(float* x, int64_t count, float scale) {
 
 void gelu_tanh(const float* x, float* out, int64_t count) {
   kernel_table(active_isa()).gelu_tanh(x, out, count);
+}
+
+void dot_rows_fp8(const float* x, int64_t m, int64_t ldx, const uint8_t* codes, const float* factors,
+                  int64_t row0, int64_t rows, int64_t dim, float* out, int64_t ldo) {
+  kernel_table(active_isa()).dot_rows_fp8(x, m, ldx, codes, factors, row0, rows, dim, out, ldo);
 }
 
 void dot_rows_f32(const float* x, int64_t m, int64_t ldx, const float* w, int64_t rows, int64_t dim,

@@ -36,6 +36,13 @@ using GeluTanhFn = void(const float* x, float* out, int64_t count);
 // as a tree (finish_dot_lanes).
 using DotRowsF32Fn = void(const float* x, int64_t m, int64_t ldx, const float* w, int64_t rows,
                           int64_t dim, float* out, int64_t ldo);
+// The same over E4M3 codes (no NaN) whose weight is code x the factor of its 128 x 128 block:
+// codes of rows [row0, row0 + rows) of a matrix of `dim` columns, factors the whole matrix's
+// [ceil(all rows / 128)][ceil(dim / 128)]. Each weight is widened with the one rounding of
+// convert_fp8_e4m3_to_f32, so a product gives dot_rows_f32's bits over the widened matrix.
+using DotRowsFp8Fn = void(const float* x, int64_t m, int64_t ldx, const uint8_t* codes,
+                          const float* factors, int64_t row0, int64_t rows, int64_t dim, float* out,
+                          int64_t ldo);
 using Conv1dSiluFn = void(const float* x, int64_t n, int64_t ldx, float* window,
                           const float* weight, int64_t taps, int64_t channels, int64_t ld,
                           float* out, int64_t ldo);
@@ -134,11 +141,23 @@ inline bool qwen3_decode_shapes(int64_t head_dim, int64_t rows) {
 // (from a multiple of kDotLanes); the inputs [from, dim) go in by scalar FMA, lane i % kDotLanes,
 // then the lanes fold in halves (l + 8, + 4, + 2, + 1).
 constexpr int64_t kDotLanes = 16;
-inline float finish_dot_lanes(float* lanes, const float* x, const float* w, int64_t from, int64_t dim) {
-  for (int64_t i = from; i < dim; ++i) lanes[i % kDotLanes] = __builtin_fmaf(x[i], w[i], lanes[i % kDotLanes]);
+inline float fold_dot_lanes(float* lanes) {
   for (int64_t half = kDotLanes / 2; half > 0; half /= 2)
     for (int64_t l = 0; l < half; ++l) lanes[l] += lanes[l + half];
   return lanes[0];
+}
+inline float finish_dot_lanes(float* lanes, const float* x, const float* w, int64_t from, int64_t dim) {
+  for (int64_t i = from; i < dim; ++i) lanes[i % kDotLanes] = __builtin_fmaf(x[i], w[i], lanes[i % kDotLanes]);
+  return fold_dot_lanes(lanes);
+}
+// The same over a row of E4M3 codes (dot_rows_fp8): row_factors, its 128-wide blocks' factors.
+inline float finish_dot_lanes_fp8(float* lanes, const float* x, const uint8_t* codes, const float* row_factors,
+                                  int64_t from, int64_t dim) {
+  for (int64_t i = from; i < dim; ++i) {
+    const float w = fp8_e4m3_to_f32(codes[i]) * row_factors[i / kFp8BlockK];
+    lanes[i % kDotLanes] = __builtin_fmaf(x[i], w, lanes[i % kDotLanes]);
+  }
+  return fold_dot_lanes(lanes);
 }
 
 // A tier's attention block on BF16 products over an FP16 cache (kernels/bf16_attention.h), for a
@@ -165,6 +184,7 @@ struct KernelTable {
   SoftmaxExpFn* softmax_exp;
   GeluTanhFn* gelu_tanh;
   DotRowsF32Fn* dot_rows_f32;
+  DotRowsFp8Fn* dot_rows_fp8;
   Conv1dSiluFn* conv1d_silu;
   L2normFn* l2norm;
   GatedRmsnormFn* gated_rmsnorm;

@@ -154,6 +154,12 @@ void gelu_tanh(const float* x, float* out, int64_t count);
 // such as a MoE router).
 void dot_rows_f32(const float* x, int64_t m, int64_t ldx, const float* w, int64_t rows, int64_t dim,
                   float* out, int64_t ldo);
+// The same over rows [row0, row0 + rows) of an FP8 checkpoint's matrix of `dim` columns, kept as
+// E4M3 codes (no NaN; `codes` at row row0) with one factor per 128 x 128 block (`factors`, the
+// whole matrix's): the bits of dot_rows_f32 over the matrix widened as convert_fp8_e4m3_to_f32
+// widens it.
+void dot_rows_fp8(const float* x, int64_t m, int64_t ldx, const uint8_t* codes, const float* factors,
+                  int64_t row0, int64_t rows, int64_t dim, float* out, int64_t ldo);
 
 // ---- Gated DeltaNet (Qwen3.5 linear attention), all FP32 ----
 

@@ -205,10 +205,11 @@ void gelu_tanh(const float* x, float* out, int64_t count) {
 // kDotLanes lanes in kDotLanes / L vectors. Tiles of 4 rows of w by 4 / (kDotLanes / L) rows of
 // x (16 accumulators) over chunks of 64 x rows, so a tile of w is read from memory once per chunk
 // (a router's weights are megabytes, read per token otherwise). The tail and the lanes' tree
-// are the scalar twin's (finish_dot_lanes).
-template <class V>
-void dot_rows_f32(const float* x, int64_t m, int64_t ldx, const float* w, int64_t rows, int64_t dim,
-                  float* out, int64_t ldo) {
+// are the scalar twin's. `weights` gives row r's vector at input i (load(r, i)) and finishes a
+// row's dot from its lanes (finish(lanes, x row, r, from)).
+template <class V, class Weights>
+void dot_rows_tiles(const float* x, int64_t m, int64_t ldx, const Weights& weights, int64_t rows,
+                    int64_t dim, float* out, int64_t ldo) {
   constexpr int64_t L = V::kLanes, A = kDotLanes / L, R = 4, T = 4 / A, kChunk = 64;
   const int64_t whole = dim / kDotLanes * kDotLanes;
   for (int64_t c0 = 0; c0 < m; c0 += kChunk) {
@@ -224,7 +225,7 @@ void dot_rows_f32(const float* x, int64_t m, int64_t ldx, const float* w, int64_
         for (int64_t i = 0; i < whole; i += kDotLanes)
           for (int64_t a = 0; a < A; ++a) {
             typename V::F wv[R];
-            for (int64_t r = 0; r < nr; ++r) wv[r] = V::load(w + (r0 + r) * dim + i + a * L);
+            for (int64_t r = 0; r < nr; ++r) wv[r] = weights.load(r0 + r, i + a * L);
             for (int64_t t = 0; t < nt; ++t) {
               const auto xv = V::load(x + (t0 + t) * ldx + i + a * L);
               for (int64_t r = 0; r < nr; ++r) acc[t][r][a] = V::fmadd(xv, wv[r], acc[t][r][a]);
@@ -234,11 +235,49 @@ void dot_rows_f32(const float* x, int64_t m, int64_t ldx, const float* w, int64_
           for (int64_t r = 0; r < nr; ++r) {
             float lanes[kDotLanes];
             for (int64_t a = 0; a < A; ++a) V::store(lanes + a * L, acc[t][r][a]);
-            out[(t0 + t) * ldo + r0 + r] = finish_dot_lanes(lanes, x + (t0 + t) * ldx, w + (r0 + r) * dim, whole, dim);
+            out[(t0 + t) * ldo + r0 + r] = weights.finish(lanes, x + (t0 + t) * ldx, r0 + r, whole);
           }
       }
     }
   }
+}
+
+template <class V>
+void dot_rows_f32(const float* x, int64_t m, int64_t ldx, const float* w, int64_t rows, int64_t dim,
+                  float* out, int64_t ldo) {
+  struct {
+    const float* w;
+    int64_t dim;
+    typename V::F load(int64_t r, int64_t i) const { return V::load(w + r * dim + i); }
+    float finish(float* lanes, const float* x, int64_t r, int64_t from) const {
+      return finish_dot_lanes(lanes, x, w + r * dim, from, dim);
+    }
+  } weights{w, dim};
+  dot_rows_tiles<V>(x, m, ldx, weights, rows, dim, out, ldo);
+}
+
+// The same over E4M3 codes: each vector of weights widened in registers as
+// convert_fp8_e4m3_to_f32 widens it (exactly times 2^8, then the one rounding of the factor's
+// product); kDotLanes divides kFp8BlockK, so a vector's factor is one value.
+template <class V>
+void dot_rows_fp8(const float* x, int64_t m, int64_t ldx, const uint8_t* codes, const float* factors,
+                  int64_t row0, int64_t rows, int64_t dim, float* out, int64_t ldo) {
+  static_assert(kFp8BlockK % kDotLanes == 0);
+  struct {
+    const uint8_t* codes;
+    const float* factors;
+    int64_t row0, dim, blocks;
+    typename V::F exact_256;
+    const float* row_factors(int64_t r) const { return factors + (row0 + r) / kFp8BlockK * blocks; }
+    typename V::F load(int64_t r, int64_t i) const {
+      const auto code = V::mul(V::load_fp8(codes + r * dim + i), exact_256);
+      return V::mul(code, V::set1(row_factors(r)[i / kFp8BlockK]));
+    }
+    float finish(float* lanes, const float* x, int64_t r, int64_t from) const {
+      return finish_dot_lanes_fp8(lanes, x, codes + r * dim, row_factors(r), from, dim);
+    }
+  } weights{codes, factors, row0, dim, (dim + kFp8BlockK - 1) / kFp8BlockK, V::set1(256.0f)};
+  dot_rows_tiles<V>(x, m, ldx, weights, rows, dim, out, ldo);
 }
 
 }  // namespace ellm::simd

@@ -27,6 +27,7 @@ constexpr KernelTable kernel_table(PackWeightsFn* pack_weights, MatmulFn* matmul
       .softmax_exp = softmax_exp<V>,
       .gelu_tanh = gelu_tanh<V>,
       .dot_rows_f32 = dot_rows_f32<V>,
+      .dot_rows_fp8 = dot_rows_fp8<V>,
       .conv1d_silu = conv1d_silu<V>,
       .l2norm = l2norm<V>,
       .gated_rmsnorm = gated_rmsnorm<V>,

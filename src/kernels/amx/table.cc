@@ -17,6 +17,7 @@ const KernelTable amx_kernels = {
     .softmax_exp = nullptr,
     .gelu_tanh = nullptr,
     .dot_rows_f32 = nullptr,
+    .dot_rows_fp8 = nullptr,
     .conv1d_silu = nullptr,
     .l2norm = nullptr,
     .gated_rmsnorm = nullptr,

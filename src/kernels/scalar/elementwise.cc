@@ -83,6 +83,17 @@ void gelu_tanh(const float* x, float* out, int64_t count) {
   }
 }
 
+void dot_rows_fp8(const float* x, int64_t m, int64_t ldx, const uint8_t* codes, const float* factors,
+                  int64_t row0, int64_t rows, int64_t dim, float* out, int64_t ldo) {
+  const int64_t blocks = (dim + kFp8BlockK - 1) / kFp8BlockK;
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      float lanes[kDotLanes] = {};
+      out[t * ldo + r] = finish_dot_lanes_fp8(lanes, x + t * ldx, codes + r * dim,
+                                              factors + (row0 + r) / kFp8BlockK * blocks, 0, dim);
+    }
+}
+
 void dot_rows_f32(const float* x, int64_t m, int64_t ldx, const float* w, int64_t rows, int64_t dim,
                   float* out, int64_t ldo) {
   for (int64_t t = 0; t < m; ++t)

@@ -17,6 +17,7 @@ SiluMulFn silu_mul;
 SoftmaxExpFn softmax_exp;
 GeluTanhFn gelu_tanh;
 DotRowsF32Fn dot_rows_f32;
+DotRowsFp8Fn dot_rows_fp8;
 Conv1dSiluFn conv1d_silu;
 L2normFn l2norm;
 GatedRmsnormFn gated_rmsnorm;

@@ -17,6 +17,7 @@ const KernelTable scalar_kernels = {
     .softmax_exp = scalar::softmax_exp,
     .gelu_tanh = scalar::gelu_tanh,
     .dot_rows_f32 = scalar::dot_rows_f32,
+    .dot_rows_fp8 = scalar::dot_rows_fp8,
     .conv1d_silu = scalar::conv1d_silu,
     .l2norm = scalar::l2norm,
     .gated_rmsnorm = scalar::gated_rmsnorm,

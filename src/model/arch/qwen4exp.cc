@@ -237,6 +237,18 @@ void Qwen4ExpModel::plan(ActivationPlan& plan) {
   if (!extra_.ple_layers.empty()) plan_ngram_embedding(plan, ple_, ple_spec_, T, size_t(limits_.batch_size));
   plan.carve(block_out_, T * size_t(c.hidden_size));
   plan.carve(final_x_, T * size_t(residual_width()));
+  // The small matrices' scratch: the widest is a mix's [width] rows; the most elements, the
+  // n-gram key projection's or a mix's.
+  const int64_t W = residual_width(), R = extra_.hc_lowrank;
+  size_t most = size_t(W) * size_t(R);
+  int64_t widest = W;
+  if (!extra_.ple_layers.empty()) {
+    most = std::max(most, size_t(W) * size_t(ple_spec_.embed_dim));
+    widest = std::max(widest, ple_spec_.embed_dim);
+  }
+  most = std::max(most, size_t(qsa_spec_.index_width()) * size_t(c.hidden_size));
+  widest = std::max(widest, c.hidden_size);
+  plan_small_matrix_scratch(plan, ctx_.small, most, widest, team_.size());
 }
 
 // The block input u = mix(X) into normed_.xn, and its BF16 copy into normed_.xb.

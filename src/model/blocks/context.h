@@ -11,10 +11,23 @@
 #include "base/memory.h"
 #include "base/threads.h"
 #include "kernels/kernels.h"
+#include "model/load/small_matrix.h"
 #include "model/model.h"
 #include "model/profile.h"
 
 namespace ellm {
+
+// Where a pass widens the SmallMatrix weights of its products (planned by an architecture that
+// has them, plan_small_matrix_scratch): a long pass widens a whole matrix once for all members;
+// a short one widens each member's BF16 rows a tile at a time (FP8 rows in registers,
+// dot_rows_fp8).
+struct SmallMatrixScratch {
+  float* whole = nullptr;   // [the most elements of any small matrix]
+  float* tiles = nullptr;   // [members][tile_floats]
+  int64_t tile_floats = 0;
+  static constexpr int64_t kTileFloats = 32768;  // a tile's rows: this many floats, at least 4 rows
+  static int64_t tile_rows(int64_t dim) { return std::max<int64_t>(4, kTileFloats / dim / 4 * 4); }
+};
 
 class BlockContext {
  public:
@@ -45,6 +58,33 @@ class BlockContext {
     });
   }
   static constexpr int64_t kRowsPerMemberToSplitTokens = 16;
+  // The same over a SmallMatrix, widened in `small` (the same bits as over the FP32 matrix).
+  void dot_rows(const float* x, int64_t n, int64_t ldx, const SmallMatrix& w, float* out, int64_t ldo) {
+    if (w.dtype == Dtype::f32) return dot_rows(x, n, ldx, w.f32.get(), w.rows, w.dim, out, ldo);
+    if (n >= kRowsPerMemberToSplitTokens * team.size()) {
+      team.run([&](int member, int n_members) {
+        auto [begin, end] = split_range(w.rows, member, n_members);
+        if (begin < end) widen_rows(w, begin, end, small.whole + begin * w.dim);
+      });
+      return dot_rows(x, n, ldx, small.whole, w.rows, w.dim, out, ldo);
+    }
+    const int64_t rows_per_tile = SmallMatrixScratch::tile_rows(w.dim);
+    team.run([&](int member, int n_members) {
+      auto [begin, end] = split_range(w.rows, member, n_members);
+      if (w.dtype == Dtype::f8_e4m3) {  // widened in registers
+        if (begin < end)
+          dot_rows_fp8(x, n, ldx, w.codes.get() + begin * w.dim, w.factors.get(), begin, end - begin, w.dim,
+                       out + begin, ldo);
+        return;
+      }
+      float* tile = small.tiles + member * small.tile_floats;
+      for (int64_t r = begin; r < end; r += rows_per_tile) {
+        const int64_t last = std::min(end, r + rows_per_tile);
+        widen_rows(w, r, last, tile);
+        dot_rows_f32(x, n, ldx, tile, last - r, w.dim, out + r, ldo);
+      }
+    });
+  }
 
   // y (+)= x @ W^T on every member, timed as `op`; decode-sized products share out their last
   // quarter as the members go (matmul_pool).
@@ -60,6 +100,7 @@ class BlockContext {
 
   ThreadTeam& team;
   OpProfiler profiler;
+  SmallMatrixScratch small;
   std::atomic<uint64_t> expert_bytes_read{0};  // by the MoE layers of this pass
   alignas(64) std::atomic<int64_t> matmul_pool{0};  // its own cache line: both members add to it
 };
@@ -120,5 +161,13 @@ class ActivationPlan {
   uint8_t* base_ = nullptr;
   size_t offset_ = 0;
 };
+
+// The scratch for small matrices of up to `most_elements` elements and rows of up to `widest`.
+inline void plan_small_matrix_scratch(ActivationPlan& plan, SmallMatrixScratch& s, size_t most_elements,
+                                      int64_t widest, int members) {
+  s.tile_floats = SmallMatrixScratch::kTileFloats + 4 * widest;
+  plan.carve(s.whole, most_elements);
+  plan.carve(s.tiles, size_t(members) * size_t(s.tile_floats));
+}
 
 }  // namespace ellm

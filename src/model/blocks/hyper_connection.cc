@@ -15,9 +15,9 @@ HyperConnectionWeights load_hyper_connection(TensorLoader& load, const std::stri
   const int64_t W = s.width();
   HyperConnectionWeights w;
   w.norm = load.vector_f32_plus_one(p + "hc_norm.weight", W);
-  w.down = load.matrix_f32(p + "input_mix_weight_down.weight", s.lowrank, W);
-  w.up = load.matrix_f32(p + "input_mix_weight_up.weight", W, s.lowrank);
-  if (with_inject) w.inject = load.matrix_f32(p + "block_inject_weight.weight", s.streams, W);
+  w.down = load.small_matrix(p + "input_mix_weight_down.weight", s.lowrank, W);
+  w.up = load.small_matrix(p + "input_mix_weight_up.weight", W, s.lowrank);
+  if (with_inject) w.inject = load.small_matrix(p + "block_inject_weight.weight", s.streams, W);
   return w;
 }
 
@@ -34,18 +34,18 @@ void hyper_mix(BlockContext& ctx, const HyperConnectionSpec& s, const HyperConne
   const int64_t H = s.hidden, S = s.streams, W = s.width(), R = s.lowrank;
   if (n <= 0) return;
   ctx.profiler.time(Op::hyper_mix, 2.0 * double(n) * double(W) * double(2 * R + (w.inject ? S : 0)),
-                    double(W) * double(2 * R + (w.inject ? S : 0)) * sizeof(float), [&] {
+                    double(w.down.bytes() + w.up.bytes() + w.inject.bytes()), [&] {
     ctx.rows(n, [&](int64_t begin, int64_t end) {  // each stream normed on its own, the gain spanning all
       for (int64_t t = begin; t < end; ++t)
         for (int64_t st = 0; st < S; ++st)
           rmsnorm(x + t * W + st * H, 1, H, H, w.norm.get() + st * H, s.eps, b.xn + t * W + st * H, H);
     });
-    ctx.dot_rows(b.xn, n, W, w.down.get(), R, W, b.a, R);
+    ctx.dot_rows(b.xn, n, W, w.down, b.a, R);
     ctx.rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin * R; i < end * R; ++i) b.a[i] = silu(b.a[i] / float(S));
     });
-    ctx.dot_rows(b.a, n, R, w.up.get(), W, R, b.g, W);
-    if (w.inject) ctx.dot_rows(b.xn, n, W, w.inject.get(), S, W, b.weight, S);
+    ctx.dot_rows(b.a, n, R, w.up, b.g, W);
+    if (w.inject) ctx.dot_rows(b.xn, n, W, w.inject, b.weight, S);
     ctx.rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         float* ut = u + t * H;

@@ -9,8 +9,8 @@
 //   w  = 2 sigmoid(W_inject Xn / streams)    [streams]
 //   X_s = X_s + w_s * block(u)
 // The final mixer is the same mix without W_inject; its u is the lm_head's input. All FP32 (the
-// small products too, by dot_rows_f32), so a row's result is the same bits on every tier and
-// in any pass.
+// small products too, by dot_rows_f32 over the matrices widened from the checkpoint's dtype),
+// so a row's result is the same bits on every tier and in any pass.
 #include <cstdint>
 #include <string>
 
@@ -27,9 +27,9 @@ struct HyperConnectionSpec {
 
 struct HyperConnectionWeights {
   Buffer<float> norm;    // [streams hidden]  (1 + w)
-  Buffer<float> down;    // [lowrank][streams hidden]
-  Buffer<float> up;      // [streams hidden][lowrank]
-  Buffer<float> inject;  // [streams][streams hidden]  (none in the final mixer)
+  SmallMatrix down;      // [lowrank][streams hidden]
+  SmallMatrix up;        // [streams hidden][lowrank]
+  SmallMatrix inject;    // [streams][streams hidden]  (none in the final mixer)
 };
 
 // <prefix>hc_norm, input_mix_weight_down, input_mix_weight_up (.weight) and, with_inject,

@@ -97,8 +97,8 @@ std::unique_ptr<NgramEmbeddingWeights> load_ngram_embedding(TensorLoader& load, 
   const int64_t H = s.hidden, W = s.width(), E = s.embed_dim, D = s.row_dim();
   auto owned = std::make_unique<NgramEmbeddingWeights>();
   NgramEmbeddingWeights& w = *owned;
-  w.key_proj = load.matrix_f32(p + "key_proj.weight", W, E);
-  w.value_proj = load.matrix_f32(p + "value_proj.weight", H, E);
+  w.key_proj = load.small_matrix(p + "key_proj.weight", W, E);
+  w.value_proj = load.small_matrix(p + "value_proj.weight", H, E);
   w.norm_key = load.vector_f32_plus_one(p + "norm_key.weight", W);
   w.norm_query = load.vector_f32_plus_one(p + "norm_query.weight", W);
   w.norm_conv = load.vector_f32_plus_one(p + "norm_conv.weight", W);
@@ -233,9 +233,9 @@ void ngram_embedding(BlockContext& ctx, const NgramEmbeddingSpec& s, const Ngram
   });
 
   // key, value; the gates against the normed streams; gv and its norm.
-  ctx.profiler.time(Op::ngram_proj, 2.0 * double(n * E * (W + H)), double(E * (W + H)) * sizeof(float), [&] {
-    ctx.dot_rows(b.emb, n, E, w.key_proj.get(), W, E, b.key, W);
-    ctx.dot_rows(b.emb, n, E, w.value_proj.get(), H, E, b.value, H);
+  ctx.profiler.time(Op::ngram_proj, 2.0 * double(n * E * (W + H)), double(w.key_proj.bytes() + w.value_proj.bytes()), [&] {
+    ctx.dot_rows(b.emb, n, E, w.key_proj, b.key, W);
+    ctx.dot_rows(b.emb, n, E, w.value_proj, b.value, H);
     ctx.rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         float* key = b.key + t * W;

@@ -57,8 +57,8 @@ struct NgramHash {
 NgramHash ngram_hash(const NgramEmbeddingSpec& spec);
 
 struct NgramEmbeddingWeights {
-  Buffer<float> key_proj;    // [streams hidden][embed_dim]
-  Buffer<float> value_proj;  // [hidden][embed_dim]
+  SmallMatrix key_proj;      // [streams hidden][embed_dim]
+  SmallMatrix value_proj;    // [hidden][embed_dim]
   Buffer<float> norm_key, norm_query, norm_conv;  // [streams hidden]  (1 + w)
   Buffer<float> conv;        // [taps][streams hidden]
   NgramHash hash;

@@ -12,7 +12,7 @@ SparseAttentionWeights load_sparse_attention(TensorLoader& load, const std::stri
                                              const SparseAttentionSpec& s) {
   SparseAttentionWeights w;
   w.attention = load_attention(load, p, s.attention, &TensorLoader::vector_f32_plus_one);
-  w.index_proj = load.matrix_f32(p + "indexer.index_qk_proj.weight", s.index_width(), s.attention.hidden);
+  w.index_proj = load.small_matrix(p + "indexer.index_qk_proj.weight", s.index_width(), s.attention.hidden);
   w.q_layernorm = load.vector_f32_plus_one(p + "indexer.q_layernorm.weight", s.index_dim);
   w.k_layernorm = load.vector_f32_plus_one(p + "indexer.k_layernorm.weight", s.index_dim);
   return w;
@@ -50,8 +50,8 @@ void sparse_attention(BlockContext& ctx, const SparseAttentionSpec& s, const Spa
   project_qkv_to_cache(ctx, a, w.attention, kv, kv_layer, r, xb, b.attention);
 
   // The indexer's queries (normed, rotated) and raw keys (into the cache).
-  ctx.profiler.time(Op::qk_norm_rope, 2.0 * double(n * H * IW), double(H * IW) * sizeof(float), [&] {
-    ctx.dot_rows(u, n, H, w.index_proj.get(), IW, H, b.index, IW);
+  ctx.profiler.time(Op::qk_norm_rope, 2.0 * double(n * H * IW), double(w.index_proj.bytes()), [&] {
+    ctx.dot_rows(u, n, H, w.index_proj, b.index, IW);
     ctx.rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         float* q = b.index + t * IW;

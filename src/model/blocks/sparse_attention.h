@@ -33,7 +33,7 @@ struct SparseAttentionSpec {
 
 struct SparseAttentionWeights {
   AttentionWeights attention;
-  Buffer<float> index_proj;             // [(index_heads + 1) index_dim][hidden]  index_qk_proj
+  SmallMatrix index_proj;               // [(index_heads + 1) index_dim][hidden]  index_qk_proj
   Buffer<float> q_layernorm, k_layernorm;  // [index_dim]  (1 + w)
 };
 

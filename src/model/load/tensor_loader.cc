@@ -143,6 +143,36 @@ Buffer<float> TensorLoader::matrix_f32(const std::string& name, int64_t rows, in
   return out;
 }
 
+SmallMatrix TensorLoader::small_matrix(const std::string& name, int64_t rows, int64_t cols) {
+  const TensorInfo& t = tensor(name, {rows, cols}, /*allow_fp8=*/true);
+  SmallMatrix w;
+  w.rows = rows;
+  w.dim = cols;
+  w.dtype = t.dtype == Dtype::bf16 || t.dtype == Dtype::f8_e4m3 ? t.dtype : Dtype::f32;
+  if (w.dtype == Dtype::f32) {
+    w.f32 = matrix_f32(name, rows, cols);  // counts and finishes the tensor
+    return w;
+  }
+  const size_t n = size_t(rows * cols);
+  if (w.dtype == Dtype::bf16) {
+    w.b16 = make_buffer<bf16>(n);
+    std::memcpy(w.b16.get(), t.data, n * sizeof(bf16));
+  } else {
+    for (size_t i = 0; i < n; ++i)
+      if ((t.data[i] & 0x7f) == 0x7f)
+        fail(t.file->path(), "tensor '" + name + "' holds an FP8 NaN at [" + std::to_string(i / size_t(cols)) +
+                                 ", " + std::to_string(i % size_t(cols)) + "]");
+    w.codes = make_buffer<uint8_t>(n);
+    std::memcpy(w.codes.get(), t.data, n);
+    const std::vector<float> factors = fp8_factors(t);
+    w.factors = make_buffer<float>(factors.size());
+    std::copy(factors.begin(), factors.end(), w.factors.get());
+  }
+  bytes_ += w.bytes();
+  done(t);
+  return w;
+}
+
 // Packs the row-wise concatenation of tensors names[i] ([rows[i]][k] each) as one matrix: as
 // packed_int4 when a part is a 4-bit module; INT4 when quantising to INT4 (`quantizable`: a
 // decoder layer's weight; or lm_head, with quantize_lm_head); FP8 when every part is FP8 in the

@@ -14,6 +14,7 @@
 #include "kernels/kernels.h"
 #include "model/config.h"
 #include "model/load/safetensors.h"
+#include "model/load/small_matrix.h"
 
 namespace ellm {
 
@@ -48,6 +49,9 @@ class TensorLoader {
   // A matrix the forward multiplies in FP32; an F8_E4M3 one (an FP8 checkpoint's) as code x its
   // block's factor.
   Buffer<float> matrix_f32(const std::string& name, int64_t rows, int64_t cols);
+  // The same matrix kept in the file's dtype where SmallMatrix reads it (F32, BF16, F8_E4M3 with
+  // its block factors; F16 widened to F32): the same values, in a half or a quarter of the bytes.
+  SmallMatrix small_matrix(const std::string& name, int64_t rows, int64_t cols);
   // Packs the row-wise concatenation of tensors names[i] ([rows[i]][k] each) as one matrix: as
   // INT4 when a part is a 4-bit module; INT4 when quantising to INT4 (`quantizable`: a decoder
   // layer's weight; or lm_head, with quantize_lm_head); FP8 when every part is FP8 in the file,
