@@ -60,7 +60,8 @@ TEST(SmallMatrix, ProductsGiveTheBitsOfTheWidenedMatrix) {
   // more than a tile), with rows and dims that are not multiples of the tiles or factor blocks.
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{40, 1300}, {700, 72}, {4, 1300}};
   for (Dtype dtype : {Dtype::bf16, Dtype::f8_e4m3})
-    for (auto [rows, dim] : shapes) {
+    for (const auto& shape : shapes) {
+      const int64_t rows = shape.first, dim = shape.second;
       const Case c = make_case(dtype, rows, dim, rng);
       EXPECT_EQ(c.matrix.bytes(), dtype == Dtype::bf16 ? size_t(rows * dim) * 2
                                                       : size_t(rows * dim) + size_t((rows + 127) / 128 * ((dim + 127) / 128)) * 4);
