@@ -205,5 +205,41 @@ TEST_F(Qwen4Exp, ModelTypesAndSpeculativeTokens) {
   EXPECT_NO_THROW(Model::load(from, speculative));
 }
 
+// Three slots decode past the indexer's budget in one step: each row gives the bits it gives
+// decoded alone, with 4 threads (fewer rows than threads: each row's blocks and its attention
+// split among the threads) and with 2 (each thread its rows), on every tier.
+TEST_F(Qwen4Exp, DecodeRowsOfABatchAreEachRowAlone) {
+  const std::string from = test::shared_model(kModel);
+  constexpr int kSlots = 3;
+  constexpr int32_t kPrompt = 70;
+  auto decode = [&](int threads, bool together) {
+    ServingLimits l = limits();
+    l.threads = threads;
+    l.batch_size = kSlots;
+    auto model = Model::load(from, l);
+    const int64_t V = model->vocab_size();
+    std::vector<float> logits(size_t(kSlots * V));
+    for (int slot = 0; slot < kSlots; ++slot) {
+      std::vector<BatchToken> prompt;
+      for (int32_t p = 0; p < kPrompt; ++p) prompt.push_back({(p * 7919 + slot * 104729) % 150000, slot, p, false});
+      model->forward(prompt, nullptr);
+    }
+    std::vector<BatchToken> step;
+    for (int slot = 0; slot < kSlots; ++slot) step.push_back({1000 + slot, slot, kPrompt, true});
+    if (together) {
+      model->forward(step, logits.data());
+    } else {
+      for (int slot = 0; slot < kSlots; ++slot) model->forward({&step[size_t(slot)], 1}, logits.data() + slot * V);
+    }
+    return logits;
+  };
+  for (Isa isa : test::tiers_under_test()) {
+    set_active_isa(isa);
+    const std::vector<float> alone = decode(4, false);
+    EXPECT_EQ(alone, decode(4, true)) << isa_name(isa) << ": 4 threads";
+    EXPECT_EQ(alone, decode(2, true)) << isa_name(isa) << ": 2 threads";
+  }
+}
+
 }  // namespace
 }  // namespace ellm
