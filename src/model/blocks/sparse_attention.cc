@@ -30,7 +30,6 @@ void plan_sparse_attention(ActivationPlan& plan, SparseAttentionBuffers& b, cons
   // A short pass has fewer rows than members: its rows use the members' places.
   plan.carve(b.scores, M * size_t(b.max_blocks));
   plan.carve(b.order, M * size_t(b.max_blocks));
-  plan.carve(b.kept, M * kept);
   plan.carve(b.kept_k, M * kept * kv.row_bytes());
   plan.carve(b.kept_v, M * kept * kv.row_bytes());
   plan.carve(b.member_scratch, M * b.member_scratch_floats);
@@ -102,37 +101,36 @@ void sparse_attention(BlockContext& ctx, const SparseAttentionSpec& s, const Spa
       scores[blk] = score * index_scale;
     }
   };
-  // The kept positions of row t (scores: its blocks'), their rows gathered into slot `into`;
-  // its attention sequence.
+  // Row t's attention sequence: the K and V rows of its kept positions (scores: its blocks'),
+  // gathered in position order into place `into`.
   auto select_and_gather = [&](int64_t t, const float* scores, int64_t into) {
     const BatchToken& token = r.tokens[t];
     const int64_t p = token.position, blocks = (p + 1) / R;
     AttentionSeq& seq = b.seqs[size_t(t)];
     seq = {b.attention.q + t * Q, b.attention.out + t * Q, 1, p, kv.k(kv_layer, token.slot),
            kv.v(kv_layer, token.slot)};
-    if (blocks <= s.top_blocks()) return p + 1;  // every position: the cache as it is
+    if (blocks <= s.top_blocks()) return;  // every position: the cache as it is
     int32_t* order = b.order + into * b.max_blocks;
-    int32_t* kept = b.kept + into * s.max_kept();
     for (int64_t blk = 0; blk < blocks; ++blk) order[blk] = int32_t(blk);
     const int64_t n_blocks = s.top_blocks();
     std::nth_element(order, order + n_blocks - 1, order + blocks, [&](int32_t x, int32_t z) {
       return scores[x] > scores[z] || (scores[x] == scores[z] && x < z);
     });
     std::sort(order, order + n_blocks);
-    int64_t n_kept = 0;
-    for (int64_t i = 0; i < n_blocks; ++i)
-      for (int64_t j = 0; j < R; ++j) kept[n_kept++] = int32_t(order[i] * R + j);
-    for (int64_t pos = blocks * R; pos <= p; ++pos) kept[n_kept++] = int32_t(pos);
     uint8_t* k = b.kept_k + size_t(into) * size_t(s.max_kept()) * row_bytes;
     uint8_t* v = b.kept_v + size_t(into) * size_t(s.max_kept()) * row_bytes;
-    for (int64_t j = 0; j < n_kept; ++j) {
-      std::memcpy(k + size_t(j) * row_bytes, kv.k_row(kv_layer, token.slot, kept[j]), row_bytes);
-      std::memcpy(v + size_t(j) * row_bytes, kv.v_row(kv_layer, token.slot, kept[j]), row_bytes);
-    }
+    int64_t n_kept = 0;
+    auto keep = [&](int64_t pos) {
+      std::memcpy(k + size_t(n_kept) * row_bytes, kv.k_row(kv_layer, token.slot, pos), row_bytes);
+      std::memcpy(v + size_t(n_kept) * row_bytes, kv.v_row(kv_layer, token.slot, pos), row_bytes);
+      ++n_kept;
+    };
+    for (int64_t i = 0; i < n_blocks; ++i)
+      for (int64_t j = 0; j < R; ++j) keep(int64_t(order[i]) * R + j);
+    for (int64_t pos = blocks * R; pos <= p; ++pos) keep(pos);
     seq.q_start = n_kept - 1;
     seq.k = k;
     seq.v = v;
-    return n_kept;
   };
 
   double index_flops = 0, kept_positions = 0;

@@ -46,11 +46,10 @@ struct SparseAttentionBuffers {
   AttentionBuffers attention;  // its scratch unused: the kept rows' shape has its own
   AttentionShape kept_shape;   // the attention kernels' shape over kept rows
   float* index;    // [T][index_width]
-  // Per member (a short pass: per row): the block scores, their order, the kept positions and
-  // their K and V rows.
+  // Per member (a short pass: per row): the block scores, their order, and the kept positions'
+  // K and V rows.
   float* scores;     // [members][max blocks]
   int32_t* order;    // [members][max blocks]
-  int32_t* kept;     // [members][max_kept]
   uint8_t* kept_k;   // [members][max_kept][KV row bytes]
   uint8_t* kept_v;
   float* member_scratch;  // [members][member_scratch_floats]  a member's attention alone
