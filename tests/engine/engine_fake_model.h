@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "base/error.h"
+#include "engine/engine.h"
+#include "engine_test_util.h"
 #include "model/config.h"
 #include "model/model.h"
 
@@ -265,6 +267,19 @@ inline std::vector<int32_t> fake_greedy(std::vector<int32_t> tokens, int64_t n) 
     tokens.push_back(out.back());
   }
   return out;
+}
+
+// An engine over a fake model, with the model kept at hand (the engine owns it).
+struct FakeEngine {
+  FakeModel* model;
+  std::unique_ptr<Engine> engine;
+};
+
+inline FakeEngine make_engine(ServingLimits limits, EngineOptions options = {}, bool hybrid = false) {
+  auto model = std::make_unique<FakeModel>(test_tokenizer()->vocab_size(), limits, hybrid);
+  FakeModel* raw = model.get();
+  if (options.eos_token_ids.empty()) options.eos_token_ids = kEos;
+  return {raw, std::make_unique<Engine>(std::move(model), test_tokenizer(), options)};
 }
 
 }  // namespace ellm::testing

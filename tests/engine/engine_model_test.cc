@@ -16,7 +16,6 @@
 namespace ellm {
 namespace {
 
-const std::vector<int32_t> kEos = {151645, 151643};  // generation_config.json of both models
 
 std::string model_dir(const std::string& name) { return ELLM_SHARED "/models/" + name; }
 

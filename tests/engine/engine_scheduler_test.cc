@@ -16,19 +16,9 @@ namespace {
 
 using testing::FakeModel;
 using testing::fake_greedy;
+using testing::FakeEngine;
+using testing::make_engine;
 
-
-struct FakeEngine {
-  FakeModel* model;  // owned by the engine
-  std::unique_ptr<Engine> engine;
-};
-
-FakeEngine make_engine(ServingLimits limits, EngineOptions options = {}) {
-  auto model = std::make_unique<FakeModel>(test_tokenizer()->vocab_size(), limits);
-  FakeModel* raw = model.get();
-  if (options.eos_token_ids.empty()) options.eos_token_ids = {151645, 151643};
-  return {raw, std::make_unique<Engine>(std::move(model), test_tokenizer(), options)};
-}
 
 
 

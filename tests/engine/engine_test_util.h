@@ -16,6 +16,9 @@
 
 namespace ellm {
 
+// The end-of-turn tokens of both tiny models' generation_config.json.
+inline const std::vector<int32_t> kEos = {151645, 151643};
+
 // Both tiny models share the real Qwen3 tokenizer.
 inline const std::shared_ptr<const Tokenizer>& test_tokenizer() {
   static auto tok = Tokenizer::load(ELLM_SHARED "/models/tiny-qwen3");

@@ -21,7 +21,6 @@ namespace ellm {
 namespace {
 
 namespace fs = std::filesystem;
-const std::vector<int32_t> kEos = {151645, 151643};
 
 std::unique_ptr<Engine> make_engine(const std::string& model, int64_t slots, EngineOptions options,
                                     KvDtype kv = KvDtype::f16) {

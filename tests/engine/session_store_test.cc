@@ -23,19 +23,9 @@ namespace {
 
 using testing::FakeModel;
 using testing::fake_greedy;
+using testing::FakeEngine;
+using testing::make_engine;
 namespace fs = std::filesystem;
-
-struct FakeEngine {
-  FakeModel* model;
-  std::unique_ptr<Engine> engine;
-};
-
-FakeEngine make_engine(ServingLimits limits, EngineOptions options = {}, bool hybrid = false) {
-  auto model = std::make_unique<FakeModel>(test_tokenizer()->vocab_size(), limits, hybrid);
-  FakeModel* raw = model.get();
-  options.eos_token_ids = {151645, 151643};
-  return {raw, std::make_unique<Engine>(std::move(model), test_tokenizer(), options)};
-}
 
 std::string temp_dir(const std::string& name) {
   std::string dir = fs::temp_directory_path().string() + "/ellm-sessions-" + name + "-" + std::to_string(getpid());

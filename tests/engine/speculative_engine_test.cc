@@ -24,7 +24,6 @@ namespace {
 using testing::FakeModel;
 using testing::fake_greedy;
 
-const std::vector<int32_t> kEos = {151645, 151643};
 
 EngineOptions spec_options(Proposer proposer, int64_t k) {
   EngineOptions options;

@@ -22,9 +22,10 @@ namespace ellm {
 namespace {
 
 using test::error_of;
+using test::load_error;
 using test::run_tokens;
 
-ServingLimits limits(bool quantize = false) {
+ServingLimits fp8_limits(bool quantize = false) {
   ServingLimits l;
   l.sequence_length = 128;
   l.chunk_size = 128;
@@ -79,22 +80,16 @@ void write_fp8_checkpoint(const std::string& dir, ModelConfig config,
       });
 }
 
-std::string load_error(const std::string& dir, bool quantize = false) {
-  std::string message = error_of([&] { Model::load(dir, limits(quantize)); });
-  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-  return message;
-}
-
 TEST(Fp8Load, CheckpointsLoadAndRunDenseAndMoe) {
   for (const ModelConfig& config : {test::small_dense_config(), test::small_moe_config()}) {
     test::ScratchDir dir;
     write_fp8_checkpoint(dir.path, config);
-    auto model = Model::load(dir.path, limits());
+    auto model = Model::load(dir.path, fp8_limits());
     for (float v : run_tokens(*model, {1, 2, 3})) ASSERT_TRUE(std::isfinite(v));
     // The same model with BF16 weights is larger by about the linear weights' bytes.
     test::ScratchDir bf16_dir;
     test::write_checkpoint(bf16_dir.path, config, checkpoint_tensors(config));
-    EXPECT_LT(model->weight_bytes(), Model::load(bf16_dir.path, limits())->weight_bytes());
+    EXPECT_LT(model->weight_bytes(), Model::load(bf16_dir.path, fp8_limits())->weight_bytes());
   }
 }
 
@@ -104,7 +99,7 @@ TEST(Fp8Load, MissingFactors) {
   write_fp8_checkpoint(dir.path, test::small_dense_config(), [&](std::vector<TensorSpec>& specs) {
     std::erase_if(specs, [&](const TensorSpec& s) { return s.name == weight + "_scale_inv"; });
   });
-  EXPECT_EQ(load_error(dir.path), dir / "model.safetensors" + ": tensor '" + weight +
+  EXPECT_EQ(load_error(dir.path, fp8_limits()), dir / "model.safetensors" + ": tensor '" + weight +
                                       "' is F8_E4M3 but its factors '" + weight +
                                       "_scale_inv' are missing");
 }
@@ -116,7 +111,7 @@ TEST(Fp8Load, MisshapedFactors) {
     for (TensorSpec& s : specs)
       if (s.name == scale) s.shape = {1, 2};
   });
-  EXPECT_EQ(load_error(dir.path),
+  EXPECT_EQ(load_error(dir.path, fp8_limits()),
             dir / "model.safetensors" + ": tensor '" + scale +
                 "' has shape [1, 2], expected [1, 1] (one factor per 128x128 block of "
                 "'model.layers.0.mlp.down_proj.weight' [64, 128])");
@@ -127,7 +122,7 @@ TEST(Fp8Load, FactorsMustBeFiniteAndPositive) {
     test::ScratchDir dir;
     write_fp8_checkpoint(dir.path, test::small_dense_config(), {},
                          [&](int64_t) { return bad; });
-    std::string message = load_error(dir.path);
+    std::string message = load_error(dir.path, fp8_limits());
     EXPECT_NE(message.find("weight_scale_inv' holds " + std::to_string(bad) +
                            " for block [0, 0]: factors must be finite and positive"),
               std::string::npos)
@@ -142,7 +137,7 @@ TEST(Fp8Load, UnsupportedFormats) {
     for (TensorSpec& s : specs)
       if (s.name == weight) s.dtype = "F8_E5M2";
   });
-  EXPECT_EQ(load_error(dir.path),
+  EXPECT_EQ(load_error(dir.path, fp8_limits()),
             dir / "model.safetensors" + ": tensor '" + weight +
                 "' has dtype F8_E5M2, expected BF16, F16, F32 or F8_E4M3");
 
@@ -151,7 +146,7 @@ TEST(Fp8Load, UnsupportedFormats) {
     for (TensorSpec& s : specs)
       if (s.name == "model.norm.weight") s.dtype = "F8_E4M3";
   });
-  EXPECT_EQ(load_error(norm_dir.path),
+  EXPECT_EQ(load_error(norm_dir.path, fp8_limits()),
             norm_dir / "model.safetensors" +
                 ": tensor 'model.norm.weight' is F8_E4M3, but only linear weights may be FP8");
 }
@@ -165,7 +160,7 @@ TEST(Fp8Load, ConfigBlockSizeAndFormat) {
     EXPECT_NE(text.find(from), std::string::npos) << from;
     text.replace(text.find(from), from.size(), to);
     test::write_text(dir / "config.json", text);
-    return load_error(dir.path);
+    return load_error(dir.path, fp8_limits());
   };
   EXPECT_EQ(with("\"weight_block_size\": [\n      128,\n      128\n    ]",
                  "\"weight_block_size\": [64, 64]"),
@@ -227,8 +222,8 @@ TEST(Fp8Load, MixedFusedGroupIsDequantisedToBf16) {
         }
       });
 
-  auto with_mixed = Model::load(mixed.path, limits());
-  auto with_bf16 = Model::load(reference.path, limits());
+  auto with_mixed = Model::load(mixed.path, fp8_limits());
+  auto with_bf16 = Model::load(reference.path, fp8_limits());
   EXPECT_EQ(with_mixed->weight_bytes(), with_bf16->weight_bytes());
   EXPECT_EQ(run_tokens(*with_mixed, {1, 2, 3, 4}), run_tokens(*with_bf16, {1, 2, 3, 4}));
 }
@@ -307,8 +302,8 @@ TEST(Fp8Quantize, FidelityAgainstBf16OnGoldenFeeds) {
     const double margin_min = session["margin_min"];
     std::vector<int32_t> tokens;
     for (const auto& feed : session["feeds"]) for (int32_t id : feed) tokens.push_back(id);
-    auto bf16 = Model::load(dir, limits(false));
-    auto fp8 = Model::load(dir, limits(true));
+    auto bf16 = Model::load(dir, fp8_limits(false));
+    auto fp8 = Model::load(dir, fp8_limits(true));
     EXPECT_LT(fp8->weight_bytes(), bf16->weight_bytes());
     const std::vector<float> ref = run_tokens(*bf16, tokens), got = run_tokens(*fp8, tokens);
     const test::Fidelity f = test::fidelity(ref, got, bf16->vocab_size(), margin_min);

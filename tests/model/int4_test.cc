@@ -32,10 +32,11 @@ namespace ellm {
 namespace {
 
 using test::run_tokens;
+using test::load_error;
 
 // INT4 products on BF16 inputs unless told: the comparisons with BF16 twins below are about the
 // weights, not the int8 inputs (golden_test.cc checks those).
-ServingLimits limits(bool quantize_int4 = false, ActivationDtype activations = ActivationDtype::bf16) {
+ServingLimits int4_limits(bool quantize_int4 = false, ActivationDtype activations = ActivationDtype::bf16) {
   ServingLimits l;
   l.sequence_length = 128;
   l.chunk_size = 128;
@@ -141,10 +142,10 @@ TEST(Int4Load, ShardedMoeGptqWithAModuleAcrossShards) {
   ASSERT_GT(split, 0) << "no module split across shards";
 
   const std::vector<int32_t> tokens = {5, 17, 300, 2, 99, 411, 7, 8, 250, 13};
-  std::vector<float> a = run_tokens(*Model::load(sharded.path, limits()), tokens);
-  std::vector<float> b = run_tokens(*Model::load(single.path, limits()), tokens);
+  std::vector<float> a = run_tokens(*Model::load(sharded.path, int4_limits()), tokens);
+  std::vector<float> b = run_tokens(*Model::load(single.path, int4_limits()), tokens);
   EXPECT_EQ(a, b);
-  std::vector<float> c = run_tokens(*Model::load(as_bf16.path, limits()), tokens);
+  std::vector<float> c = run_tokens(*Model::load(as_bf16.path, int4_limits()), tokens);
   double largest = 0;
   for (size_t i = 0; i < a.size(); ++i) largest = std::max(largest, double(std::fabs(a[i] - c[i])));
   std::printf("[int4 moe] sharded GPTQ vs its BF16-rounded twin: max |dlogit| %.4f\n", largest);
@@ -187,10 +188,10 @@ TEST(Int4Load, Qwen35GptqAndQwen36AwqLoadAndRun) {
       for (size_t i = 0; i < a.size(); ++i) largest = std::max(largest, double(std::fabs(a[i] - b[i])));
       return largest;
     };
-    const std::vector<float> ref = run_tokens(*Model::load(as_bf16.path, limits()), tokens);
-    const double moved = largest_difference(ref, run_tokens(*Model::load(original.path, limits()), tokens));
+    const std::vector<float> ref = run_tokens(*Model::load(as_bf16.path, int4_limits()), tokens);
+    const double moved = largest_difference(ref, run_tokens(*Model::load(original.path, int4_limits()), tokens));
     for (ActivationDtype activations : {ActivationDtype::bf16, ActivationDtype::int8}) {
-      const std::vector<float> got = run_tokens(*Model::load(int4.path, limits(false, activations)), tokens);
+      const std::vector<float> got = run_tokens(*Model::load(int4.path, int4_limits(false, activations)), tokens);
       const double largest = largest_difference(ref, got);
       const bool int8 = activations == ActivationDtype::int8;
       std::printf("[int4 %s %s, %s activations] vs its BF16-rounded twin: max |dlogit| %.4f "
@@ -211,8 +212,8 @@ TEST(Int4Load, ModulesNotInWholeBlocks) {
     write_random_model(config, int4.path, 8, 1, {}, format);
     write_random_model(config, as_bf16.path, 8, 1, {}, format + "-as-bf16");
     const std::vector<int32_t> tokens = {5, 17, 300, 2, 99, 411, 7, 8};
-    std::vector<float> a = run_tokens(*Model::load(int4.path, limits()), tokens);
-    std::vector<float> b = run_tokens(*Model::load(as_bf16.path, limits()), tokens);
+    std::vector<float> a = run_tokens(*Model::load(int4.path, int4_limits()), tokens);
+    std::vector<float> b = run_tokens(*Model::load(as_bf16.path, int4_limits()), tokens);
     double largest = 0;
     for (size_t i = 0; i < a.size(); ++i) largest = std::max(largest, double(std::fabs(a[i] - b[i])));
     std::printf("[int4 %s, head_dim 40] vs its BF16-rounded twin: max |dlogit| %.4f\n",
@@ -268,11 +269,11 @@ TEST(Int4Quantize, DeterministicAndFidelityAgainstBf16) {
     const double margin_min = session["margin_min"];
     std::vector<int32_t> tokens;
     for (const auto& feed : session["feeds"]) for (int32_t id : feed) tokens.push_back(id);
-    auto bf16 = Model::load(dir, limits());
-    auto int4 = Model::load(dir, limits(true));
-    auto int4_int8 = Model::load(dir, limits(true, ActivationDtype::int8));
+    auto bf16 = Model::load(dir, int4_limits());
+    auto int4 = Model::load(dir, int4_limits(true));
+    auto int4_int8 = Model::load(dir, int4_limits(true, ActivationDtype::int8));
 
-    ServingLimits fp8_limits = limits();
+    ServingLimits fp8_limits = int4_limits();
     fp8_limits.quantize_fp8 = true;
     auto fp8 = Model::load(dir, fp8_limits);
     EXPECT_LT(int4->weight_bytes(), fp8->weight_bytes());
@@ -289,7 +290,7 @@ TEST(Int4Quantize, DeterministicAndFidelityAgainstBf16) {
     for (const std::string shared : {name + "-gptq", name + "-awq"}) {
       const std::string shared_dir = test::shared_dir() + "/models/" + shared;
       if (!std::filesystem::exists(shared_dir)) continue;
-      auto other = Model::load(shared_dir, limits());
+      auto other = Model::load(shared_dir, int4_limits());
       const test::Fidelity f = test::fidelity(ref, run_tokens(*other, tokens), bf16->vocab_size(), margin_min);
       std::printf("[int4 fidelity %s] the shared %s (groups of 32) vs BF16: %s\n", name.c_str(),
                   shared.c_str(), f.summary(margin_min).c_str());
@@ -408,9 +409,9 @@ TEST(Int4Load, ActOrderInputsAreReorderedOnceAtLoad) {
   const Isa active = active_isa();
   for (Isa isa : test::tiers_under_test()) {
     set_active_isa(isa);  // before loading: weights are packed for it
-    std::vector<float> a = run_tokens(*Model::load(act_order.path, limits()), tokens);
-    std::vector<float> b = run_tokens(*Model::load(reference.path, limits()), tokens);
-    std::vector<float> c = run_tokens(*Model::load(plain.path, limits()), tokens);
+    std::vector<float> a = run_tokens(*Model::load(act_order.path, int4_limits()), tokens);
+    std::vector<float> b = run_tokens(*Model::load(reference.path, int4_limits()), tokens);
+    std::vector<float> c = run_tokens(*Model::load(plain.path, int4_limits()), tokens);
     double largest = 0, moved = 0;
     for (size_t i = 0; i < a.size(); ++i) {
       largest = std::max(largest, double(std::fabs(a[i] - b[i])));
@@ -422,7 +423,7 @@ TEST(Int4Load, ActOrderInputsAreReorderedOnceAtLoad) {
     EXPECT_GT(moved, 10 * largest) << isa_name(isa);  // the reordering matters
   }
   set_active_isa(active);
-  std::string message = test::error_of([&] { Model::load(clash.path, limits()); });
+  std::string message = test::error_of([&] { Model::load(clash.path, int4_limits()); });
   EXPECT_EQ(message, clash / "model.safetensors" + ": module '" + attn +
                          "k_proj' orders its inputs (g_idx) unlike the modules fused with it");
 }
@@ -432,12 +433,6 @@ TEST(Int4Load, ActOrderInputsAreReorderedOnceAtLoad) {
 
 namespace ellm {
 namespace {
-
-std::string load_error(const std::string& dir) {
-  std::string message = test::error_of([&] { Model::load(dir, limits()); });
-  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-  return message;
-}
 
 // A GPTQ v1 file re-written as gptq_v2 (zero points stored as they are) gives the same bits.
 TEST(Int4Load, GptqV2StoresZerosAsTheyAre) {
@@ -457,8 +452,8 @@ TEST(Int4Load, GptqV2StoresZerosAsTheyAre) {
   config.replace(config.find("\"checkpoint_format\": \"gptq\""), 27, "\"checkpoint_format\": \"gptq_v2\"");
   test::write_text(v2 / "config.json", config);
   const std::vector<int32_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6};
-  EXPECT_EQ(run_tokens(*Model::load(v1.path, limits()), tokens),
-            run_tokens(*Model::load(v2.path, limits()), tokens));
+  EXPECT_EQ(run_tokens(*Model::load(v1.path, int4_limits()), tokens),
+            run_tokens(*Model::load(v2.path, int4_limits()), tokens));
 }
 
 // Bad 4-bit tensors: one line naming the file, the tensor and the problem.
@@ -472,42 +467,42 @@ TEST(Int4Load, BadTensorsNameTheProblem) {
     return dir;
   };
   auto d1 = broken([&](RawTensors& t) { t[module + ".qweight"].spec.dtype = "F32"; });
-  EXPECT_EQ(load_error(d1->path), *d1 / "model.safetensors" + ": tensor '" + module +
+  EXPECT_EQ(load_error(d1->path, int4_limits()), *d1 / "model.safetensors" + ": tensor '" + module +
                                       ".qweight' has dtype F32, expected I32");
   auto d2 = broken([&](RawTensors& t) {
     RawTensor& s = t[module + ".scales"];
     s.spec.shape = {1, 128};
     s.bytes.resize(256);
   });
-  EXPECT_EQ(load_error(d2->path), *d2 / "model.safetensors" + ": tensor '" + module +
+  EXPECT_EQ(load_error(d2->path, int4_limits()), *d2 / "model.safetensors" + ": tensor '" + module +
                                       ".scales' has shape [1, 128], expected [2, 64] (64 x 128 "
                                       "GPTQ weight, groups of 64)");
   auto d3 = broken([&](RawTensors& t) { t.erase(module + ".qzeros"); });
-  EXPECT_EQ(load_error(d3->path),
+  EXPECT_EQ(load_error(d3->path, int4_limits()),
             *d3 / "model.safetensors" + ": missing tensor '" + module + ".qzeros'");
   auto d4 = broken([&](RawTensors& t) {
     int32_t bad = 2;
     std::memcpy(t[module + ".g_idx"].bytes.data() + 4 * 5, &bad, 4);
   });
-  EXPECT_EQ(load_error(d4->path), *d4 / "model.safetensors" + ": tensor '" + module +
+  EXPECT_EQ(load_error(d4->path, int4_limits()), *d4 / "model.safetensors" + ": tensor '" + module +
                                       ".g_idx' holds group 2 at 5, outside [0, 2)");
   auto d5 = broken([&](RawTensors& t) {
     int32_t other = 1;  // input 5 moves to group 1: 63 and 65 inputs
     std::memcpy(t[module + ".g_idx"].bytes.data() + 4 * 5, &other, 4);
   });
-  EXPECT_EQ(load_error(d5->path), *d5 / "model.safetensors" + ": tensor '" + module +
+  EXPECT_EQ(load_error(d5->path, int4_limits()), *d5 / "model.safetensors" + ": tensor '" + module +
                                       ".g_idx' does not give every group 64 inputs");
   // 4-bit tensors without a quantization_config, and a group size the inputs do not divide.
   auto d6 = broken([](RawTensors&) {});
   ModelConfig plain = test::small_dense_config();
   test::write_text(*d6 / "config.json", model_config_json(plain));
-  EXPECT_EQ(load_error(d6->path),
+  EXPECT_EQ(load_error(d6->path, int4_limits()),
             *d6 / "model.safetensors" + ": tensor 'model.layers.0.self_attn.q_proj.qweight' is "
                   "4-bit, but config.json has no GPTQ or AWQ quantization_config");
   plain.quant_method = "gptq";
   plain.int4 = {"gptq", 48};
   test::write_text(*d6 / "config.json", model_config_json(plain));
-  EXPECT_EQ(load_error(d6->path), *d6 / "model.safetensors" +
+  EXPECT_EQ(load_error(d6->path, int4_limits()), *d6 / "model.safetensors" +
                                       ": module 'model.layers.0.self_attn.q_proj' has 64 inputs, "
                                       "not a multiple of group_size 48");
 }

@@ -15,19 +15,14 @@ namespace ellm {
 namespace {
 
 using test::error_of;
+using test::load_error;
 
-ServingLimits limits() {
+ServingLimits load_limits() {
   ServingLimits l;
   l.sequence_length = 16;
   l.chunk_size = 16;
   l.threads = 1;
   return l;
-}
-
-std::string load_error(const std::string& dir) {
-  std::string message = error_of([&] { Model::load(dir, limits()); });
-  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-  return message;
 }
 
 std::vector<TensorSpec> without(std::vector<TensorSpec> specs, const std::string& name) {
@@ -41,7 +36,7 @@ TEST(ModelLoad, GoodCheckpointsLoadAndRun) {
   for (const ModelConfig& config : {test::small_dense_config(), test::small_moe_config()}) {
     test::ScratchDir dir;
     test::write_checkpoint(dir.path, config, checkpoint_tensors(config));
-    auto model = Model::load(dir.path, limits());
+    auto model = Model::load(dir.path, load_limits());
     std::vector<BatchToken> batch = {{1, 0, 0, false}, {2, 0, 1, true}};
     std::vector<float> logits(size_t(model->vocab_size()), NAN);
     model->forward(batch, logits.data());
@@ -53,7 +48,7 @@ TEST(ModelLoad, GoodCheckpointsLoadAndRun) {
 
 TEST(ModelLoad, MissingConfig) {
   test::ScratchDir dir;
-  EXPECT_EQ(load_error(dir.path).rfind(dir / "config.json" + ": cannot open", 0), 0u);
+  EXPECT_EQ(load_error(dir.path, load_limits()).rfind(dir / "config.json" + ": cannot open", 0), 0u);
 }
 
 TEST(ModelLoad, UnknownArchitecture) {
@@ -63,7 +58,7 @@ TEST(ModelLoad, UnknownArchitecture) {
   std::string text = test::read_text(dir / "config.json");
   text.replace(text.find("Qwen3ForCausalLM"), 16, "MistralForCausalLM");
   test::write_text(dir / "config.json", text);
-  EXPECT_EQ(load_error(dir.path), dir / "config.json" +
+  EXPECT_EQ(load_error(dir.path, load_limits()), dir / "config.json" +
                                       ": unsupported architecture 'MistralForCausalLM' (expected "
                                       "Qwen3ForCausalLM or Qwen3MoeForCausalLM)");
 }
@@ -73,7 +68,7 @@ TEST(ModelLoad, MissingTensor) {
   ModelConfig config = test::small_dense_config();
   test::write_checkpoint(dir.path, config,
                          without(checkpoint_tensors(config), "model.layers.1.mlp.up_proj.weight"));
-  EXPECT_EQ(load_error(dir.path),
+  EXPECT_EQ(load_error(dir.path, load_limits()),
             dir / "model.safetensors" + ": missing tensor 'model.layers.1.mlp.up_proj.weight'");
 }
 
@@ -84,7 +79,7 @@ TEST(ModelLoad, WrongShape) {
   for (TensorSpec& s : specs)
     if (s.name == "model.layers.0.self_attn.k_proj.weight") s.shape = {32, 64};
   test::write_checkpoint(dir.path, config, specs);
-  EXPECT_EQ(load_error(dir.path),
+  EXPECT_EQ(load_error(dir.path, load_limits()),
             dir / "model.safetensors" +
                 ": tensor 'model.layers.0.self_attn.k_proj.weight' has shape [32, 64], expected "
                 "[64, 64] from config.json");
@@ -98,7 +93,7 @@ TEST(ModelLoad, WrongDtype) {
   std::string bytes = test::read_text(dir / "model.safetensors");
   bytes.replace(bytes.find("\"BF16\""), 6, "\"I16\" ");
   test::write_text(dir / "model.safetensors", bytes);
-  EXPECT_EQ(load_error(dir.path), dir / "model.safetensors" +
+  EXPECT_EQ(load_error(dir.path, load_limits()), dir / "model.safetensors" +
                                       ": tensor 'model.embed_tokens.weight' has dtype I16, "
                                       "expected BF16, F16 or F32");
 }
@@ -109,10 +104,10 @@ TEST(ModelLoad, TruncatedAndCorruptHeaders) {
   test::write_checkpoint(dir.path, config, checkpoint_tensors(config));
   std::string bytes = test::read_text(dir / "model.safetensors");
   test::write_text(dir / "model.safetensors", bytes.substr(0, 200));
-  EXPECT_EQ(load_error(dir.path).rfind(dir / "model.safetensors" + ": header length", 0), 0u);
+  EXPECT_EQ(load_error(dir.path, load_limits()).rfind(dir / "model.safetensors" + ": header length", 0), 0u);
   bytes[20] = '\x01';
   test::write_text(dir / "model.safetensors", bytes);
-  EXPECT_EQ(load_error(dir.path),
+  EXPECT_EQ(load_error(dir.path, load_limits()),
             dir / "model.safetensors" + ": corrupt safetensors header (not valid JSON)");
 }
 
@@ -120,7 +115,7 @@ TEST(ModelLoad, IndexPointingAtMissingShard) {
   test::ScratchDir dir;
   write_random_model(test::small_dense_config(), dir.path, 1, 2);
   std::filesystem::remove(dir / "model-00002-of-00002.safetensors");
-  EXPECT_EQ(load_error(dir.path), dir / "model.safetensors.index.json" +
+  EXPECT_EQ(load_error(dir.path, load_limits()), dir / "model.safetensors.index.json" +
                                       ": shard 'model-00002-of-00002.safetensors' does not exist");
 }
 
@@ -130,7 +125,7 @@ TEST(ModelLoad, MissingExpertTensor) {
   test::write_checkpoint(
       dir.path, config,
       without(checkpoint_tensors(config), "model.layers.2.mlp.experts.5.down_proj.weight"));
-  EXPECT_EQ(load_error(dir.path), dir / "model.safetensors" +
+  EXPECT_EQ(load_error(dir.path, load_limits()), dir / "model.safetensors" +
                                       ": missing tensor 'model.layers.2.mlp.experts.5.down_proj.weight'");
 }
 
@@ -142,14 +137,14 @@ TEST(ModelLoad, WrongExpertCount) {
     test::ScratchDir dir;
     test::write_checkpoint(dir.path, config, checkpoint_tensors(config));
     test::write_text(dir / "config.json", model_config_json(fewer));
-    EXPECT_EQ(load_error(dir.path), dir / "model.safetensors" +
+    EXPECT_EQ(load_error(dir.path, load_limits()), dir / "model.safetensors" +
                                         ": layer 0 has more experts than num_experts = 6 in "
                                         "config.json");
   }
   {  // config.json says 8, the checkpoint has 6
     test::ScratchDir dir;
     test::write_checkpoint(dir.path, config, checkpoint_tensors(fewer));
-    EXPECT_EQ(load_error(dir.path), dir / "model.safetensors" +
+    EXPECT_EQ(load_error(dir.path, load_limits()), dir / "model.safetensors" +
                                         ": tensor 'model.layers.0.mlp.gate.weight' has shape "
                                         "[6, 64], expected [8, 64] from config.json");
   }
@@ -165,7 +160,7 @@ struct BrokenQwen4Exp {
     shape.config.vocab_size = 1024;
     shape.extra.eos = 1023;
     write_random_qwen4exp(shape, dir.path, 1, 1, {}, dtype);
-    EXPECT_NO_THROW(Model::load(dir.path, limits()));
+    EXPECT_NO_THROW(Model::load(dir.path, load_limits()));
   }
   std::string file() const { return dir / "model.safetensors"; }
   std::string shard(int k) const { return table + "ngram_embedding.shard_" + std::to_string(k) + ".weight"; }
@@ -193,7 +188,7 @@ TEST(Qwen4ExpLoad, MissingTableShard) {
     h[m.table + "ngram_embedding.shard_9.weight"] = h[m.shard(3)];
     h.erase(m.shard(3));
   });
-  EXPECT_EQ(load_error(m.dir.path),
+  EXPECT_EQ(load_error(m.dir.path, load_limits()),
             m.file() + ": missing n-gram table shard '" + m.shard(3) + "' (split_ngram_parts is 4)");
 }
 
@@ -203,7 +198,7 @@ TEST(Qwen4ExpLoad, TableShardWithTheWrongRowCount) {
     h[m.shard(2)]["shape"] = {1000, 16};
     h[m.shard(2)]["data_offsets"][1] = h[m.shard(2)]["data_offsets"][0].get<uint64_t>() + 1000 * 16 * 2;
   });
-  EXPECT_EQ(load_error(m.dir.path),
+  EXPECT_EQ(load_error(m.dir.path, load_limits()),
             m.file() + ": the n-gram table's 4 shards hold 4072 rows, but the config gives 4096");
 }
 
@@ -219,7 +214,7 @@ TEST(Qwen4ExpLoad, StoredHashConstantsThatDisagreeWithTheConfig) {
     std::vector<int64_t> stored = want;
     stored[size_t(index)] += 2;
     test::overwrite_tensor_bytes(m.file(), m.table + name, 8 * size_t(index), &stored[size_t(index)], 8);
-    EXPECT_EQ(load_error(m.dir.path),
+    EXPECT_EQ(load_error(m.dir.path, load_limits()),
               m.file() + ": the n-gram hash constant '" + m.table + name + "' is " + list(stored) +
                   " but the config (vocab_size, seed, ngram_vocab_size_base, heads_per_ngram) gives " + list(want));
   }
@@ -231,12 +226,12 @@ TEST(Qwen4ExpLoad, LayerTypesThatDoNotMatchTheLayerCount) {
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(good);
   config["text_config"]["layer_types"].erase(7);
   test::write_text(m.dir / "config.json", config.dump(2));
-  EXPECT_EQ(load_error(m.dir.path),
+  EXPECT_EQ(load_error(m.dir.path, load_limits()),
             m.dir / "config.json" + ": field 'layer_types' lists 7 layers but num_hidden_layers is 8");
   config = nlohmann::ordered_json::parse(good);
   config["text_config"]["num_hidden_layers"] = 9;
   test::write_text(m.dir / "config.json", config.dump(2));
-  EXPECT_EQ(load_error(m.dir.path),
+  EXPECT_EQ(load_error(m.dir.path, load_limits()),
             m.dir / "config.json" + ": field 'layer_types' lists 8 layers but num_hidden_layers is 9");
 }
 
@@ -249,14 +244,14 @@ TEST(Qwen4ExpLoad, Fp8TableScaleAndShardDtypes) {
       h[m.table + "ngram_embedding.weight_scalX"] = h[scale];
       h.erase(scale);
     });
-    EXPECT_EQ(load_error(m.dir.path), m.file() + ": the n-gram table's shards are F8_E4M3 but its scale '" +
+    EXPECT_EQ(load_error(m.dir.path, load_limits()), m.file() + ": the n-gram table's shards are F8_E4M3 but its scale '" +
                                           scale + "' is missing");
   }
   for (float bad : {0.0f, -1.0f, NAN}) {
     BrokenQwen4Exp m("fp8");
     const std::string scale = m.table + "ngram_embedding.weight_scale";
     test::overwrite_tensor_bytes(m.file(), scale, 0, &bad, sizeof bad);
-    EXPECT_EQ(load_error(m.dir.path), m.file() + ": the n-gram table's scale '" + scale + "' is " +
+    EXPECT_EQ(load_error(m.dir.path, load_limits()), m.file() + ": the n-gram table's scale '" + scale + "' is " +
                                           std::to_string(bad) + ": it must be finite and positive");
   }
   {
@@ -265,7 +260,7 @@ TEST(Qwen4ExpLoad, Fp8TableScaleAndShardDtypes) {
       h[m.shard(1)]["dtype"] = "BF16";
       h[m.shard(1)]["shape"] = {512, 16};
     });
-    EXPECT_EQ(load_error(m.dir.path),
+    EXPECT_EQ(load_error(m.dir.path, load_limits()),
               m.file() + ": n-gram table shard '" + m.shard(1) + "' is BF16 but shard 0 is F8_E4M3");
   }
   {  // a matrix the forward keeps in FP32, widened from FP8 at load: no NaN code
@@ -273,7 +268,7 @@ TEST(Qwen4ExpLoad, Fp8TableScaleAndShardDtypes) {
     const std::string mix = "model.language_model.layers.2.attn_hyper_connection.input_mix_weight_down.weight";
     const uint8_t nan = 0x7f;
     test::overwrite_tensor_bytes(m.file(), mix, 256 + 3, &nan, 1);
-    EXPECT_EQ(load_error(m.dir.path), m.file() + ": tensor '" + mix + "' holds an FP8 NaN at [1, 3]");
+    EXPECT_EQ(load_error(m.dir.path, load_limits()), m.file() + ": tensor '" + mix + "' holds an FP8 NaN at [1, 3]");
   }
 }
 
@@ -285,7 +280,7 @@ TEST(Qwen4ExpLoad, FusedFp8ExpertsAreRefused) {
     h[fused]["dtype"] = "F8_E4M3";
     h[fused]["shape"] = {8, 128, 64};
   });
-  EXPECT_EQ(load_error(m.dir.path), m.file() + ": '" + fused + "' is F8_E4M3: FP8 experts are read one tensor "
+  EXPECT_EQ(load_error(m.dir.path, load_limits()), m.file() + ": '" + fused + "' is F8_E4M3: FP8 experts are read one tensor "
                                                 "each (experts.N.gate_proj.weight ...), as Qwen's FP8 "
                                                 "checkpoints store them, not fused");
 }
@@ -294,7 +289,7 @@ TEST(ModelForward, RejectsTokensOutsideTheVocabularyAndPositionsBeyondTheSequenc
   test::ScratchDir dir;
   ModelConfig config = test::small_dense_config();
   test::write_checkpoint(dir.path, config, checkpoint_tensors(config));
-  auto model = Model::load(dir.path, limits());
+  auto model = Model::load(dir.path, load_limits());
   std::vector<float> logits(size_t(model->vocab_size()));
   std::vector<BatchToken> bad_token = {{512, 0, 0, true}};
   EXPECT_EQ(error_of([&] { model->forward(bad_token, logits.data()); }),

@@ -209,4 +209,11 @@ inline Fidelity fidelity(const std::vector<float>& ref, const std::vector<float>
   return f;
 }
 
+// The error Model::load gives for the folder `dir`: one line.
+inline std::string load_error(const std::string& dir, const ServingLimits& limits) {
+  std::string message = error_of([&] { Model::load(dir, limits); });
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  return message;
+}
+
 }  // namespace ellm::test

@@ -20,10 +20,11 @@ namespace ellm {
 namespace {
 
 using test::error_of;
+using test::load_error;
 
 using test::shared_model;
 
-ServingLimits limits(int64_t chunk = 256, int64_t batch = 1) {
+ServingLimits qwen35_limits(int64_t chunk = 256, int64_t batch = 1) {
   ServingLimits l;
   l.sequence_length = 256;
   l.batch_size = batch;
@@ -137,12 +138,6 @@ void rewrite_checkpoint(const std::string& from, const std::string& dir, const R
                           });
 }
 
-std::string load_error(const std::string& dir) {
-  std::string message = error_of([&] { Model::load(dir, limits()); });
-  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-  return message;
-}
-
 TEST(Qwen35Load, MissingALogAndMisShapedConvGetClearErrors) {
   const std::string name = "model.language_model.layers.1.linear_attn.";
   {
@@ -150,7 +145,7 @@ TEST(Qwen35Load, MissingALogAndMisShapedConvGetClearErrors) {
     Rewrite rw;
     rw.edit = [&](TensorSpec& s) { return s.name != name + "A_log"; };
     rewrite_checkpoint(shared_model("tiny-qwen35"), dir.path, rw);
-    EXPECT_EQ(load_error(dir.path),
+    EXPECT_EQ(load_error(dir.path, qwen35_limits()),
               dir / "model.safetensors" + ": missing tensor '" + name + "A_log'");
   }
   {
@@ -161,7 +156,7 @@ TEST(Qwen35Load, MissingALogAndMisShapedConvGetClearErrors) {
       return true;
     };
     rewrite_checkpoint(shared_model("tiny-qwen35"), dir.path, rw);
-    EXPECT_EQ(load_error(dir.path), dir / "model.safetensors" + ": tensor '" + name +
+    EXPECT_EQ(load_error(dir.path, qwen35_limits()), dir / "model.safetensors" + ": tensor '" + name +
                                         "conv1d.weight' has shape [256, 3], expected [256, 1, 4] "
                                         "from config.json");
   }
@@ -214,7 +209,7 @@ TEST(Qwen35Forward, AnyChunkingGivesTheSameLogitsOnEveryTier) {
     const Isa saved = active_isa();
     for (Isa isa : test::tiers_under_test()) {
       set_active_isa(isa);
-      auto model = Model::load(shared_model(name), limits());
+      auto model = Model::load(shared_model(name), qwen35_limits());
       const int64_t V = model->vocab_size();
       std::vector<float> at_once = feed(*model, tokens, {245});
       // Token by token over the first 96 positions only (past the first chunk of 64): each
@@ -240,12 +235,12 @@ TEST(Qwen35Forward, AnyChunkingGivesTheSameLogitsOnEveryTier) {
 }
 
 TEST(Qwen35Forward, ReportsStateAndKvSizes) {
-  auto model = Model::load(shared_model("tiny-qwen35"), limits(256, 2));
+  auto model = Model::load(shared_model("tiny-qwen35"), qwen35_limits(256, 2));
   EXPECT_TRUE(model->has_recurrent_state());
   // 6 GDN layers x (conv window 3 x 256 + S 4 x 32 x 32) FP32; KV: 2 full layers x K, V x 2 x 64 FP16.
   EXPECT_EQ(model->state_bytes_per_slot(), size_t(6 * (3 * 256 + 4 * 32 * 32) * 4));
   EXPECT_EQ(model->kv_bytes_per_token(), size_t(2 * 2 * 2 * 64 * 2));
-  ServingLimits tight = limits(256, 2);
+  ServingLimits tight = qwen35_limits(256, 2);
   tight.kv_memory_bytes = 200000;  // less than 2 slots' state
   EXPECT_NE(error_of([&] { Model::load(shared_model("tiny-qwen35"), tight); })
                 .find("cannot hold the recurrent state of 2 slots"),
@@ -255,7 +250,7 @@ TEST(Qwen35Forward, ReportsStateAndKvSizes) {
 // A slot's KV alone cannot resume a sequence: the model refuses to continue a slot anywhere but
 // where its state ends, and starting over at 0 resets the state.
 TEST(Qwen35Forward, ASlotResumesOnlyWithItsState) {
-  auto model = Model::load(shared_model("tiny-qwen35"), limits());
+  auto model = Model::load(shared_model("tiny-qwen35"), qwen35_limits());
   const std::vector<int32_t> tokens = golden_tokens("tiny-qwen35");
   const std::vector<int32_t> prefix(tokens.begin(), tokens.begin() + 10);
   std::vector<float> first = feed(*model, prefix, {10});
@@ -296,7 +291,7 @@ TEST(Qwen35Snapshots, ACapturedStateResumesAnotherSlotBitForBit) {
     for (Isa isa : test::tiers_under_test()) {
       SCOPED_TRACE(name + " " + isa_name(isa));
       set_active_isa(isa);
-      auto model = Model::load(shared_model(name), limits(256, 2));
+      auto model = Model::load(shared_model(name), qwen35_limits(256, 2));
       const int64_t V = model->vocab_size();
       std::vector<uint8_t> snapshot(model->state_bytes_per_slot(), 0xee);
       auto batch_of = [&](int slot, int32_t begin, int32_t end) {
@@ -333,7 +328,7 @@ TEST(Qwen35Snapshots, ACapturedStateResumesAnotherSlotBitForBit) {
     set_active_isa(saved);
   }
   // A model without a recurrent state has none to capture.
-  auto dense = Model::load(shared_model("tiny-qwen3"), limits());
+  auto dense = Model::load(shared_model("tiny-qwen3"), qwen35_limits());
   uint8_t byte = 0;
   std::vector<BatchToken> batch = {{1, 0, 0, true, false, &byte}};
   std::vector<float> logits(size_t(dense->vocab_size()));
@@ -379,8 +374,8 @@ TEST(Qwen35Load, FusedAndPerExpertLayoutsGiveTheSameModel) {
   rewrite_checkpoint(from, dir.path, rw);
   const std::vector<int32_t> tokens = golden_tokens("tiny-qwen35-moe");
   const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 70);
-  auto fused = Model::load(from, limits());
-  auto per_expert = Model::load(dir.path, limits());
+  auto fused = Model::load(from, qwen35_limits());
+  auto per_expert = Model::load(dir.path, qwen35_limits());
   EXPECT_EQ(feed(*fused, prompt, {70}), feed(*per_expert, prompt, {70}));
 }
 

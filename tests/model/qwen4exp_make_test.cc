@@ -25,7 +25,7 @@
 namespace ellm {
 namespace {
 
-ServingLimits limits() {
+ServingLimits make_limits() {
   ServingLimits l;
   l.sequence_length = 64;
   l.chunk_size = 64;
@@ -96,8 +96,8 @@ TEST(Qwen4ExpMakeModel, TinyPresetInBf16AndFp8LoadsAndAgrees) {
   write_random_qwen4exp(tiny, bf16_dir.path, 11, 1, {}, "bf16");
   write_random_qwen4exp(tiny, fp8_dir.path, 11, 2, {}, "fp8");
   EXPECT_EQ(load_model_config(fp8_dir.path).quant_method, "fp8");
-  auto bf16 = Model::load(bf16_dir.path, limits());
-  auto fp8 = Model::load(fp8_dir.path, limits());
+  auto bf16 = Model::load(bf16_dir.path, make_limits());
+  auto fp8 = Model::load(fp8_dir.path, make_limits());
   EXPECT_LT(fp8->weight_bytes(), bf16->weight_bytes());
   std::vector<int32_t> prompt;
   for (int i = 0; i < 40; ++i) prompt.push_back(int32_t((i * 7919 + 13) % 151000));
@@ -199,7 +199,7 @@ TEST(Qwen4ExpMakeModel, CutRealPresetKeepsItsRealTableAsSparseFiles) {
   const nlohmann::json config = nlohmann::json::parse(test::read_text(dir / "config.json"));
   EXPECT_EQ(config["text_config"]["layer_types"].size(), 2u);
   EXPECT_EQ(config["text_config"]["ple_layer_ids"], nlohmann::json::array({2}));
-  auto model = Model::load(dir.path, limits());
+  auto model = Model::load(dir.path, make_limits());
   for (float v : test::run_tokens(*model, {1, 2, 1023, 4, 5})) ASSERT_TRUE(std::isfinite(v));
 }
 

@@ -22,7 +22,7 @@ namespace {
 
 const char kModel[] = "tiny-qwen4exp";
 
-ServingLimits limits(int64_t chunk = 256) {
+ServingLimits qwen4exp_limits(int64_t chunk = 256) {
   ServingLimits l;
   l.sequence_length = 256;
   l.chunk_size = chunk;
@@ -62,7 +62,7 @@ TEST_F(Qwen4Exp, GoldenSessionPassesOnEveryTier) {
   for (const auto& f : golden.feeds) all.insert(all.end(), f.begin(), f.end());
   for (Isa isa : test::tiers_under_test()) {
     set_active_isa(isa);
-    auto model = Model::load(test::shared_model(kModel), limits());
+    auto model = Model::load(test::shared_model(kModel), qwen4exp_limits());
     const std::vector<std::vector<int32_t>> at_once = {all};
     for (const auto& [what, chunks] : {std::pair{"feeds", golden.feeds}, std::pair{"at once", at_once}}) {
       const test::Score s = test::score(golden, feed(*model, chunks));
@@ -114,7 +114,7 @@ struct EditedModel {
     std::filesystem::create_symlink(from + "/model.safetensors", dir / "model.safetensors");
   }
   std::string load_error() const {
-    return test::error_of([&] { Model::load(dir.path, limits()); });
+    return test::error_of([&] { Model::load(dir.path, qwen4exp_limits()); });
   }
 };
 
@@ -144,7 +144,7 @@ TEST_F(Qwen4Exp, TableIsReadInPlaceCountedEvictedAndPinned) {
   test::Golden golden(kModel);
   const std::vector<std::vector<int32_t>> prompt = {golden.feeds.front()};
   ASSERT_GE(prompt.front().size(), 16u);  // a prompt's rows are read ahead and gathered in parallel
-  auto model = Model::load(test::shared_model(kModel), limits());
+  auto model = Model::load(test::shared_model(kModel), qwen4exp_limits());
   const MappedTableStatus loaded = model->mapped_table();
   const nlohmann::json config = nlohmann::json::parse(test::read_text(test::shared_model(kModel) + "/config.json"));
   const nlohmann::json& text = config["text_config"];
@@ -159,7 +159,7 @@ TEST_F(Qwen4Exp, TableIsReadInPlaceCountedEvictedAndPinned) {
   EXPECT_GT(after.resident_bytes, 0u);
   EXPECT_LE(after.resident_bytes, after.bytes);
 
-  const ServingLimits one_slot = limits();
+  const ServingLimits one_slot = qwen4exp_limits();
   auto fresh = Model::load(test::shared_model(kModel), one_slot);
   fresh->evict_mapped_table();
   EXPECT_EQ(feed(*fresh, prompt), warm) << "rows read back after an eviction differ";
@@ -172,7 +172,7 @@ TEST_F(Qwen4Exp, TableIsReadInPlaceCountedEvictedAndPinned) {
   feed(*stepped, one_by_one);  // decode's path: gathered on the calling thread, no read-ahead
   EXPECT_EQ(stepped->mapped_table().gathered_tokens, prompt.front().size());
 
-  ServingLimits pinned = limits();
+  ServingLimits pinned = qwen4exp_limits();
   pinned.lock_mapped_table = true;
   try {
     auto locked = Model::load(test::shared_model(kModel), pinned);
@@ -195,10 +195,10 @@ TEST_F(Qwen4Exp, ModelTypesAndSpeculativeTokens) {
   config["model_type"] = "qwen3_8_flash_next";
   test::write_text(dir / "config.json", config.dump(2));
   std::filesystem::create_symlink(from + "/model.safetensors", dir / "model.safetensors");
-  auto model = Model::load(dir.path, limits());
+  auto model = Model::load(dir.path, qwen4exp_limits());
   EXPECT_TRUE(model->has_recurrent_state());
   EXPECT_NE(model->kv_format().find("qwen4exp-kv"), std::string::npos);
-  ServingLimits speculative = limits();
+  ServingLimits speculative = qwen4exp_limits();
   speculative.speculative_tokens = 16;
   EXPECT_NE(test::error_of([&] { Model::load(from, speculative); }).find("at most 15"), std::string::npos);
   speculative.speculative_tokens = 4;
@@ -213,7 +213,7 @@ TEST_F(Qwen4Exp, DecodeRowsOfABatchAreEachRowAlone) {
   constexpr int kSlots = 3;
   constexpr int32_t kPrompt = 70;
   auto decode = [&](int threads, bool together) {
-    ServingLimits l = limits();
+    ServingLimits l = qwen4exp_limits();
     l.threads = threads;
     l.batch_size = kSlots;
     auto model = Model::load(from, l);

@@ -192,7 +192,7 @@ StreamEvent end_event(FinishReason reason, std::string stop_sequence = "") {
   return e;
 }
 
-MessagesOutput make_output(bool show_thinking = true) {
+MessagesOutput messages_output(bool show_thinking = true) {
   nlohmann::json tools = nlohmann::json::parse(R"([{"type":"function","function":{"name":"get_weather",
       "parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])");
   auto parser = std::make_unique<OutputParser>(ToolCallFormat::qwen3_coder_xml, true, true, tools);
@@ -234,7 +234,7 @@ nlohmann::json replay(const std::vector<nlohmann::json>& events) {
 }
 
 TEST(MessagesOutput, StreamedEventsAddUpToTheMessage) {
-  MessagesOutput out = make_output();
+  MessagesOutput out = messages_output();
   std::vector<nlohmann::json> events = out.on_start();
   for (const char* piece : {"Let me ", "check.\n</think>\n\nSure.\n<tool_call>\n<function=get_weather>\n",
                             "<parameter=city>\nParis\n</parameter>\n", "</function>\n</tool_call>"})
@@ -262,18 +262,18 @@ TEST(MessagesOutput, StreamedEventsAddUpToTheMessage) {
 }
 
 TEST(MessagesOutput, StopReasonsAndOmittedThinking) {
-  MessagesOutput length = make_output();
+  MessagesOutput length = messages_output();
   length.on_event(text_event("</think>\n\nHello"));
   length.on_event(end_event(FinishReason::length));
   EXPECT_EQ(length.response()["stop_reason"], "max_tokens");
 
-  MessagesOutput stop = make_output();
+  MessagesOutput stop = messages_output();
   stop.on_event(text_event("</think>\n\nHello"));
   stop.on_event(end_event(FinishReason::stop, "END"));
   EXPECT_EQ(stop.response()["stop_reason"], "stop_sequence");
   EXPECT_EQ(stop.response()["stop_sequence"], "END");
 
-  MessagesOutput hidden = make_output(/*show_thinking=*/false);
+  MessagesOutput hidden = messages_output(/*show_thinking=*/false);
   std::vector<nlohmann::json> events = hidden.on_event(text_event("secret\n</think>\n\nHi"));
   for (auto& e : hidden.on_event(end_event(FinishReason::stop))) events.push_back(std::move(e));
   for (const auto& e : events) EXPECT_FALSE(e.contains("delta") && e["delta"].value("type", "") == "thinking_delta");
@@ -284,7 +284,7 @@ TEST(MessagesOutput, StopReasonsAndOmittedThinking) {
 }
 
 TEST(MessagesOutput, ACancelledRequestEndsInAnErrorEvent) {
-  MessagesOutput out = make_output();
+  MessagesOutput out = messages_output();
   out.on_event(text_event("</think>\n\nHel"));
   const std::vector<nlohmann::json> events = out.on_event(end_event(FinishReason::abort));
   ASSERT_EQ(events.size(), 2u);  // the open text block stops, then the error

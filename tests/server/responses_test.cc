@@ -123,7 +123,7 @@ StreamEvent end(int64_t completion) {
   return e;
 }
 
-ResponsesOutput make_output(bool stream_calls, bool logprobs = false) {
+ResponsesOutput responses_output(bool stream_calls, bool logprobs = false) {
   ResponsesMeta meta{"resp_1", "tiny", 1, nlohmann::json::object(), {"apply_patch"}, {}, logprobs,
                      [](int32_t id) { return "t" + std::to_string(id); }};
   nlohmann::json tools = nlohmann::json::parse(R"([
@@ -141,7 +141,7 @@ TEST(ResponsesOutput, DeltasAddUpToTheItemsHoweverTheTextIsSplit) {
       "</parameter>\n</function>\n</tool_call>";
   nlohmann::json whole;
   for (size_t step : {text.size(), size_t(1), size_t(7)}) {
-    ResponsesOutput out = make_output(step != text.size());
+    ResponsesOutput out = responses_output(step != text.size());
     std::vector<nlohmann::json> events = out.on_start();
     for (size_t at = 0; at < text.size(); at += step)
       for (auto& e : out.on_event(piece(text.substr(at, step)))) events.push_back(std::move(e));
@@ -181,7 +181,7 @@ TEST(ResponsesOutput, DeltasAddUpToTheItemsHoweverTheTextIsSplit) {
 }
 
 TEST(ResponsesOutput, MessageTextCarriesItsTokensLogprobs) {
-  ResponsesOutput out = make_output(true, /*logprobs=*/true);
+  ResponsesOutput out = responses_output(true, /*logprobs=*/true);
   auto with_logprobs = [](std::string text, std::vector<int32_t> ids) {
     StreamEvent e = piece(std::move(text), 0);
     e.ids = ids;
@@ -204,14 +204,14 @@ TEST(ResponsesOutput, MessageTextCarriesItsTokensLogprobs) {
 }
 
 TEST(ResponsesOutput, LengthIsIncompleteAndFailureIsFailed) {
-  ResponsesOutput cut = make_output(true);
+  ResponsesOutput cut = responses_output(true);
   cut.on_event(piece("Thinking on"));
   StreamEvent last = end(5);
   last.finish_reason = FinishReason::length;
   EXPECT_EQ(cut.on_event(last).back()["type"], "response.incomplete");
   EXPECT_EQ(cut.response()["incomplete_details"]["reason"], "max_output_tokens");
 
-  ResponsesOutput broken = make_output(true);
+  ResponsesOutput broken = responses_output(true);
   auto events = broken.failed("context_length_exceeded", "too long");
   EXPECT_EQ(events.back()["type"], "response.failed");
   EXPECT_EQ(events.back()["response"]["error"]["code"], "context_length_exceeded");
