@@ -11,10 +11,6 @@ namespace {
 
 constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};  // nibble n of a word holds column 8c + this
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 float Int4Grid::value(int64_t o, int64_t i) const {
@@ -69,7 +65,7 @@ void int4_tensor_bytes(const Int4Grid& m, const std::string& format, const std::
   const int64_t rows = m.rows, k = m.k, words_per_row = (rows + 7) / 8;
   auto put = [&](int64_t i, uint32_t word) { std::memcpy(out + 4 * (i - first), &word, 4); };
   for (int64_t e = first; e < first + count; ++e) {
-    if (ends_with(name, ".qweight")) {
+    if (name.ends_with(".qweight")) {
       uint32_t word = 0;
       for (int n = 0; n < 8; ++n) {
         const uint32_t q = awq ? m.codes[(e % (rows / 8) * 8 + kAwqOrder[n]) * k + e / (rows / 8)]
@@ -77,7 +73,7 @@ void int4_tensor_bytes(const Int4Grid& m, const std::string& format, const std::
         word |= q << (4 * n);
       }
       put(e, word);
-    } else if (ends_with(name, ".qzeros")) {
+    } else if (name.ends_with(".qzeros")) {
       const int64_t g = e / words_per_row, c = e % words_per_row;
       uint32_t word = 0;
       for (int n = 0; n < 8; ++n) {
@@ -87,7 +83,7 @@ void int4_tensor_bytes(const Int4Grid& m, const std::string& format, const std::
         word |= (zero & 15) << (4 * n);
       }
       put(e, word);
-    } else if (ends_with(name, ".scales")) {
+    } else if (name.ends_with(".scales")) {
       std::memcpy(out + 2 * (e - first), &m.scales[size_t(e)], 2);
     } else {  // g_idx
       put(e, uint32_t(e / m.group));

@@ -44,10 +44,6 @@ ModelConfig hybrid_moe(int64_t vocab, int64_t hidden, int64_t heads, int64_t kv_
   return c;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Where a tensor's values come from: random_element(seed, first + e) (a per-expert tensor is its
 // slice of the fused tensor's values, so the BF16 and FP8 models agree), or the table's scale, or
 // the hash constants.
@@ -98,8 +94,8 @@ class Planner {
     // The embedding and lm_head stay BF16, as do the router, the shared expert's gate and the
     // GDN's in_proj_a / in_proj_b.
     const bool decoder = name.rfind(kRoot + "layers.", 0) == 0 || name.rfind(kRoot + "hyper_connection_mixer.", 0) == 0;
-    const bool kept = ends_with(name, "mlp.gate.weight") || ends_with(name, "shared_expert_gate.weight") ||
-                      ends_with(name, "in_proj_a.weight") || ends_with(name, "in_proj_b.weight");
+    const bool kept = name.ends_with("mlp.gate.weight") || name.ends_with("shared_expert_gate.weight") ||
+                      name.ends_with("in_proj_a.weight") || name.ends_with("in_proj_b.weight");
     if (!fp8_ || shape.size() != 2 || !decoder || kept) {
       planned_.push_back({{name, shape, dtype}, s});
       return;

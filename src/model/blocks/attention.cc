@@ -3,11 +3,10 @@
 #include <cmath>
 
 #include "kernels/kv_rows.h"
+#include "model/blocks/activation.h"
 
 namespace ellm {
 namespace {
-
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // Per token: q = rope(q_norm(q)), k = rope(k_norm(k)); k and v into the cache. Plain: q in place
 // in the qkv row (norm and RoPE fused); gated: q from beside its gate into b.q, and RoPE on the

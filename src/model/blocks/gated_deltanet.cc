@@ -3,10 +3,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "model/blocks/activation.h"
+
 namespace ellm {
 namespace {
-
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch's threshold
 

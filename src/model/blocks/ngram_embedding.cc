@@ -5,15 +5,13 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "model/blocks/activation.h"
 
 namespace ellm {
 namespace {
 
 // From this many tokens on, a pass reads its rows ahead and gathers them on every member.
 constexpr int64_t kReadAheadTokens = 16;
-
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 // SplitMix64's output function and increment (the hash multipliers' generator).
 constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;

@@ -71,7 +71,7 @@ static const std::string* optional_string(const Value& v, const char* method) {
   return &v.str;
 }
 
-static int64_t int_arg(const Value& v, int64_t fallback) {
+static int64_t method_int_arg(const Value& v, int64_t fallback) {
   if (v.is_undefined()) return fallback;
   if (v.kind == Kind::Int) return v.integer;
   if (v.kind == Kind::Bool) return v.boolean;
@@ -119,7 +119,7 @@ static Value string_method(const std::string& s, const std::string& name) {
       Value sep = a.get(0, "sep");
       const std::string* sep_str = optional_string(sep, "split");
       if (sep_str && sep_str->empty()) template_error("empty separator");
-      int64_t maxsplit = int_arg(a.get(1, "maxsplit"), -1);
+      int64_t maxsplit = method_int_arg(a.get(1, "maxsplit"), -1);
       return string_list(reverse ? py_rsplit(s, sep_str, maxsplit) : py_split(s, sep_str, maxsplit));
     });
   }
@@ -140,7 +140,7 @@ static Value string_method(const std::string& s, const std::string& name) {
     return method([](const std::string& s, A& a) {
       Value from = a.get(0, "old"), to = a.get(1, "new");
       if (!from.is_string() || !to.is_string()) template_error("replace() arguments must be str");
-      return Value::from_string(py_replace(s, from.str, to.str, int_arg(a.get(2, "count"), -1)));
+      return Value::from_string(py_replace(s, from.str, to.str, method_int_arg(a.get(2, "count"), -1)));
     });
   if (name == "lower") return method([](const std::string& s, A&) { return Value::from_string(py_lower(s)); });
   if (name == "upper") return method([](const std::string& s, A&) { return Value::from_string(py_upper(s)); });
@@ -332,7 +332,7 @@ bool apply_test(Interpreter& in, const std::string& name, const Value& v, CallAr
     int64_t i = k == Kind::Bool ? v.boolean : v.integer;
     if (name == "odd") return i % 2 != 0;
     if (name == "even") return i % 2 == 0;
-    int64_t d = int_arg(args.get(0, "num"), 0);
+    int64_t d = method_int_arg(args.get(0, "num"), 0);
     if (d == 0) template_error("integer modulo by zero");
     return d == -1 || i % d == 0;
   }
@@ -366,11 +366,11 @@ std::vector<std::pair<std::string, Value>> make_globals(Interpreter& in) {
     if (a.positional.empty() || a.positional.size() > 3) template_error("range expected 1 to 3 arguments");
     int64_t start = 0, stop, step = 1;
     if (a.positional.size() == 1) {
-      stop = int_arg(a.positional[0], 0);
+      stop = method_int_arg(a.positional[0], 0);
     } else {
-      start = int_arg(a.positional[0], 0);
-      stop = int_arg(a.positional[1], 0);
-      if (a.positional.size() == 3) step = int_arg(a.positional[2], 1);
+      start = method_int_arg(a.positional[0], 0);
+      stop = method_int_arg(a.positional[1], 0);
+      if (a.positional.size() == 3) step = method_int_arg(a.positional[2], 1);
     }
     if (step == 0) template_error("range() arg 3 must not be zero");
     // Same bound as jinja2's sandbox (MAX_RANGE).

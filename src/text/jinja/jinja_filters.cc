@@ -14,7 +14,7 @@ namespace {
 
 using FilterFn = Value (*)(Interpreter&, const Value&, CallArgs&);
 
-int64_t int_arg(const Value& v, int64_t fallback) {
+int64_t filter_int_arg(const Value& v, int64_t fallback) {
   if (v.is_undefined() || v.is_none()) return fallback;
   if (v.kind == Kind::Int) return v.integer;
   if (v.kind == Kind::Bool) return v.boolean;
@@ -50,7 +50,7 @@ CallArgs rest_args(const CallArgs& args, size_t skip) {
 Value f_tojson(Interpreter& in, const Value& v, CallArgs& a) {
   JsonOptions options;
   options.ensure_ascii = truthy(a.get(0, "ensure_ascii"));
-  options.indent = int(std::clamp<int64_t>(int_arg(a.get(1, "indent"), -1), -1, 64));
+  options.indent = int(std::clamp<int64_t>(filter_int_arg(a.get(1, "indent"), -1), -1, 64));
   Value separators = a.get(2, "separators");
   if (separators.kind == Kind::List && separators.list->size() == 2) {
     options.item_separator = to_str((*separators.list)[0]);
@@ -165,7 +165,7 @@ bool parse_float(const std::string& text, double& out) {
 
 Value f_int(Interpreter&, const Value& v, CallArgs& a) {
   Value fallback = a.get(0, "default");
-  int64_t base = int_arg(a.get(1, "base"), 10);
+  int64_t base = filter_int_arg(a.get(1, "base"), 10);
   switch (v.kind) {
     case Kind::Int: return v;
     case Kind::Bool: return Value::from_int(v.boolean);
@@ -345,7 +345,7 @@ Value f_sum(Interpreter&, const Value& v, CallArgs& a) {
 
 Value f_round(Interpreter&, const Value& v, CallArgs& a) {
   if (!v.is_number()) template_error("round needs a number");
-  int64_t precision = std::clamp<int64_t>(int_arg(a.get(0, "precision"), 0), -300, 300);
+  int64_t precision = std::clamp<int64_t>(filter_int_arg(a.get(0, "precision"), 0), -300, 300);
   std::string method = string_arg(a.get(1, "method"), "common");
   double x = v.kind == Kind::Float ? v.real : double(v.kind == Kind::Bool ? v.boolean : v.integer);
   double scale = std::pow(10.0, double(precision));
@@ -357,7 +357,7 @@ Value f_round(Interpreter&, const Value& v, CallArgs& a) {
 Value f_replace(Interpreter& in, const Value& v, CallArgs& a) {
   std::string s = to_str(v);
   std::string from = to_str(a.get(0, "old")), to = to_str(a.get(1, "new"));
-  int64_t count = int_arg(a.get(2, "count"), -1);
+  int64_t count = filter_int_arg(a.get(2, "count"), -1);
   unsigned __int128 most_hits = from.empty() ? s.size() + 1 : s.size() / from.size();
   unsigned __int128 bound = s.size() + most_hits * to.size();
   if (bound > in.limits().max_output_bytes) in.check_size(size_t(std::min<unsigned __int128>(bound, SIZE_MAX)));
@@ -368,7 +368,7 @@ Value f_replace(Interpreter& in, const Value& v, CallArgs& a) {
 
 Value f_indent(Interpreter& in, const Value& v, CallArgs& a) {
   Value width_v = a.get(0, "width");
-  std::string pad = width_v.is_string() ? width_v.str : std::string(size_t(std::clamp<int64_t>(int_arg(width_v, 4), 0, 256)), ' ');
+  std::string pad = width_v.is_string() ? width_v.str : std::string(size_t(std::clamp<int64_t>(filter_int_arg(width_v, 4), 0, 256)), ' ');
   bool first = truthy(a.get(1, "first")), blank = truthy(a.get(2, "blank"));
   std::string s = to_str(v), out;
   size_t start = 0;
@@ -394,7 +394,7 @@ Value f_wordcount(Interpreter&, const Value& v, CallArgs&) {
 
 Value f_center(Interpreter&, const Value& v, CallArgs& a) {
   std::string s = to_str(v);
-  int64_t width = std::clamp<int64_t>(int_arg(a.get(0, "width"), 80), 0, 4096);
+  int64_t width = std::clamp<int64_t>(filter_int_arg(a.get(0, "width"), 80), 0, 4096);
   int64_t n = int64_t(codepoint_count(s));
   if (width <= n) return Value::from_string(s);
   int64_t total = width - n, left = total / 2 + (total & width & 1);
