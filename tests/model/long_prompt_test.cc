@@ -1,9 +1,10 @@
 // A prompt past 64k positions, fed two ways through one slot: in one pass run in parts of 16,384
 // rows (run_part, as the scheduler interleaves decode steps), and in chunks of 8,192 tokens (passes
 // one after another, as a chunked prefill or a resumed session). The logits at positions across the
-// prompt must agree: bit for bit on tiny-qwen3, whose attention runs the same blocks of positions
-// in any pass; within the golden tolerance on tiny-qwen35, whose chunked delta rule rounds by
-// where a pass cuts its chunks. That a pass run in parts gives the pass's bits is the golden
+// prompt must agree: bit for bit on tiny-qwen3-moe, whose attention runs the same blocks of
+// positions in any pass and whose experts run a part's 16,384 tokens in four tiles
+// (kMoeTileTokens) and a chunk's in two; within the golden tolerance on tiny-qwen35-moe, whose
+// chunked delta rule rounds by where a pass cuts its chunks. That a pass run in parts gives the pass's bits is the golden
 // tests' check on every model and tier (golden_test.cc); it is not repeated here, where each
 // 64k prefill costs over 20 s. On the best tier only.
 #include <gtest/gtest.h>
@@ -105,7 +106,7 @@ TEST_P(LongPrompt, OnePassInPartsAndChunksAgreePast64kPositions) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, LongPrompt, testing::Values("tiny-qwen3", "tiny-qwen35"),
+INSTANTIATE_TEST_SUITE_P(Models, LongPrompt, testing::Values("tiny-qwen3-moe", "tiny-qwen35-moe"),
                          test::ModelTestName());
 
 }  // namespace

@@ -227,16 +227,28 @@ Qwen4ExpModel::Qwen4ExpModel(const std::string& model_dir, const ModelConfig& co
 
 void Qwen4ExpModel::plan(ActivationPlan& plan) {
   const ModelConfig& c = config_;
-  const size_t T = size_t(max_tokens_);
-  plan_hyper_connection(plan, hc_, hc_spec_, T);
-  plan_sparse_attention(plan, qsa_, qsa_spec_, memory_.kv(), max_tokens_,
-                        limits_.sequence_length, team_.size());
-  plan_gated_deltanet(plan, deltanet_, deltanet_spec_, T, team_.size());
-  plan_moe(plan, moe_, moe_spec_, T);
-  plan_shared_expert(plan, shared_, T, size_t(c.hidden_size), size_t(c.shared_expert_intermediate_size));
-  if (!extra_.ple_layers.empty()) plan_ngram_embedding(plan, ple_, ple_spec_, T, size_t(limits_.batch_size));
-  plan.carve(block_out_, T * size_t(c.hidden_size));
-  plan.carve(final_x_, T * size_t(residual_width()));
+  const size_t T = size_t(max_tokens_), H = size_t(c.hidden_size);
+  plan_hyper_weights(plan, hc_, hc_spec_, T);
+  plan.carve(block_out_, T * H);
+  // One block runs at a time, so the mixes, the two mixers, the MoE and the n-gram module share
+  // their scratch: a 32k-token pass of the real shape needs 7 GiB for it, not 20. The final mix
+  // reads final_x_, so the two are carved one after the other.
+  plan.overlay(
+      [&](ActivationPlan& p) {
+        plan_hyper_mix(p, hc_, hc_spec_, T);
+        p.carve(final_x_, T * size_t(residual_width()));
+      },
+      [&](ActivationPlan& p) {
+        plan_sparse_attention(p, qsa_, qsa_spec_, memory_.kv(), max_tokens_, limits_.sequence_length, team_.size());
+      },
+      [&](ActivationPlan& p) { plan_gated_deltanet(p, deltanet_, deltanet_spec_, T, team_.size()); },
+      [&](ActivationPlan& p) {
+        plan_moe(p, moe_, moe_spec_, T);
+        plan_shared_expert(p, shared_, T, H, size_t(c.shared_expert_intermediate_size));
+      },
+      [&](ActivationPlan& p) {
+        if (!extra_.ple_layers.empty()) plan_ngram_embedding(p, ple_, ple_spec_, T, size_t(limits_.batch_size));
+      });
   // The small matrices' scratch: the widest is a mix's [width] rows; the most elements, the
   // n-gram key projection's or a mix's.
   const int64_t W = residual_width(), R = extra_.hc_lowrank;

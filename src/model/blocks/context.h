@@ -155,6 +155,15 @@ class ActivationPlan {
     p = base_ ? reinterpret_cast<T*>(base_ + offset_) : nullptr;  // the sizing pass has no base
     offset_ += count * sizeof(T);
   }
+  // Buffers of blocks that are never live at once share their memory: each part carves from
+  // the same offset, and the plan goes on past the largest part.
+  template <class... Parts>
+  void overlay(Parts&&... parts) {
+    const size_t start = offset_;
+    size_t end = start;
+    ((offset_ = start, parts(*this), end = std::max(end, offset_)), ...);
+    offset_ = end;
+  }
 
  private:
   VirtualRegion region_;

@@ -2,13 +2,9 @@
 
 #include <cmath>
 
+#include "model/blocks/activation.h"
+
 namespace ellm {
-namespace {
-
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
-
-}  // namespace
 
 HyperConnectionWeights load_hyper_connection(TensorLoader& load, const std::string& p,
                                              const HyperConnectionSpec& s, bool with_inject) {
@@ -21,12 +17,15 @@ HyperConnectionWeights load_hyper_connection(TensorLoader& load, const std::stri
   return w;
 }
 
-void plan_hyper_connection(ActivationPlan& plan, HyperConnectionBuffers& b,
-                           const HyperConnectionSpec& s, size_t T) {
+void plan_hyper_weights(ActivationPlan& plan, HyperConnectionBuffers& b, const HyperConnectionSpec& s,
+                        size_t T) {
+  plan.carve(b.weight, T * size_t(s.streams));
+}
+
+void plan_hyper_mix(ActivationPlan& plan, HyperConnectionBuffers& b, const HyperConnectionSpec& s, size_t T) {
   plan.carve(b.xn, T * size_t(s.width()));
   plan.carve(b.a, T * size_t(s.lowrank));
   plan.carve(b.g, T * size_t(s.width()));
-  plan.carve(b.weight, T * size_t(s.streams));
 }
 
 void hyper_mix(BlockContext& ctx, const HyperConnectionSpec& s, const HyperConnectionWeights& w,

@@ -38,14 +38,18 @@ HyperConnectionWeights load_hyper_connection(TensorLoader& load, const std::stri
                                              const HyperConnectionSpec& spec, bool with_inject);
 
 struct HyperConnectionBuffers {
-  float* xn;      // [T][streams hidden]
+  float* xn;      // [T][streams hidden]  xn, a, g: a mix's own, free again once it returns
   float* a;       // [T][lowrank]
   float* g;       // [T][streams hidden]
-  float* weight;  // [T][streams]  the write-back weights w
+  float* weight;  // [T][streams]  the write-back weights w, from a mix to its inject
 };
 
-void plan_hyper_connection(ActivationPlan& plan, HyperConnectionBuffers& b,
-                           const HyperConnectionSpec& spec, size_t max_tokens);
+// The write-back weights, live across the block between a mix and its inject.
+void plan_hyper_weights(ActivationPlan& plan, HyperConnectionBuffers& b, const HyperConnectionSpec& spec,
+                        size_t max_tokens);
+// A mix's own scratch, which the block after it may share (ActivationPlan::overlay).
+void plan_hyper_mix(ActivationPlan& plan, HyperConnectionBuffers& b, const HyperConnectionSpec& spec,
+                    size_t max_tokens);
 
 // u (and, with inject weights, the write-back weights) for n rows of X, on the team: a decode
 // step's products split among the members by their weights' rows.

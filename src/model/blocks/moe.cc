@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "model/blocks/activation.h"
 
 namespace ellm {
 namespace {
@@ -28,7 +29,6 @@ void top_k(const float* p, int64_t n, int64_t k, int32_t* ids, float* values) {
   }
 }
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 }  // namespace
 
@@ -67,7 +67,8 @@ SharedExpertWeights load_shared_expert(TensorLoader& load, const std::string& p,
   return w;
 }
 
-void plan_moe(ActivationPlan& plan, MoeBuffers& b, const MoeSpec& s, size_t T) {
+void plan_moe(ActivationPlan& plan, MoeBuffers& b, const MoeSpec& s, size_t max_tokens) {
+  const size_t T = std::min(max_tokens, size_t(kMoeTileTokens));
   const size_t E = size_t(s.experts), K = size_t(s.top_k), H = size_t(s.hidden), F = size_t(s.ffn);
   plan.carve(b.router_logits, T * E);
   plan.carve(b.topk_expert, T * K);
@@ -86,8 +87,11 @@ void plan_shared_expert(ActivationPlan& plan, SharedExpertBuffers& b, size_t T, 
   plan.carve(b.out, T * H);
 }
 
-void moe(BlockContext& ctx, const MoeSpec& s, const MoeWeights& w, const NormedRows& normed,
-         int64_t n, MoeBuffers& b, float* x_rows) {
+namespace {
+
+// The experts over one tile of n <= kMoeTileTokens rows.
+void moe_tile(BlockContext& ctx, const MoeSpec& s, const MoeWeights& w, const NormedRows& normed,
+              int64_t n, MoeBuffers& b, float* x_rows) {
   const int64_t H = s.hidden, E = s.experts, K = s.top_k, F = s.ffn;
 
   // Routing per token, all in FP32.
@@ -177,6 +181,15 @@ void moe(BlockContext& ctx, const MoeSpec& s, const MoeWeights& w, const NormedR
       }
     });
   });
+}
+
+}  // namespace
+
+void moe(BlockContext& ctx, const MoeSpec& s, const MoeWeights& w, const NormedRows& normed,
+         int64_t n, MoeBuffers& b, float* x) {
+  const int64_t H = s.hidden;
+  for (int64_t t = 0; t < n; t += kMoeTileTokens)
+    moe_tile(ctx, s, w, {normed.xn + t * H, normed.xb + t * H}, std::min(kMoeTileTokens, n - t), b, x + t * H);
 }
 
 void shared_expert(BlockContext& ctx, const SharedExpertWeights& w, const NormedRows& normed,

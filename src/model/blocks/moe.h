@@ -5,7 +5,8 @@
 // and Qwen3.5's sigmoid-gated shared expert beside it:
 //   x += sigmoid(xn . w_gate) * shared(xn)
 // Tokens are regrouped by expert so that each selected expert's weights are read once per
-// pass, for all of its tokens; experts nobody chose are never touched.
+// tile of up to kMoeTileTokens tokens, for all of that tile's tokens; experts nobody chose are
+// never touched.
 #include <cstdint>
 #include <vector>
 
@@ -23,6 +24,12 @@ struct SharedExpertWeights {
   Buffer<float> gate;  // [hidden], FP32
 };
 
+// A pass runs its tokens through the experts this many at a time. The per-choice rows cost
+// top_k x (2 hidden + 3 ffn) values a token (215 KiB on Qwen3.8-Flash-Next: 7 GiB for a 32k
+// pass); a tile's tokens still give each expert about tile x top_k / experts rows (80 there), so
+// the weights read again per tile cost little beside the tile's products.
+constexpr int64_t kMoeTileTokens = 4096;
+
 struct MoeSpec {
   int64_t hidden = 0, experts = 0, top_k = 0, ffn = 0;  // ffn: one expert's
   bool norm_topk_prob = false;
@@ -38,7 +45,7 @@ MoeWeights load_moe(TensorLoader& load, const std::string& prefix, const MoeSpec
 SharedExpertWeights load_shared_expert(TensorLoader& load, const std::string& prefix,
                                        int64_t hidden, int64_t ffn);
 
-struct MoeBuffers {
+struct MoeBuffers {                  // T: the tile, at most kMoeTileTokens
   float* router_logits;              // [T][experts]
   int32_t* topk_expert;              // [T][top_k]
   float* topk_weight;                // [T][top_k]
