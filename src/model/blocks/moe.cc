@@ -29,7 +29,6 @@ void top_k(const float* p, int64_t n, int64_t k, int32_t* ids, float* values) {
   }
 }
 
-
 }  // namespace
 
 MoeWeights load_moe(TensorLoader& load, const std::string& p, const MoeSpec& s, int64_t l,
