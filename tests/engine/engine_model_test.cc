@@ -16,7 +16,6 @@
 namespace ellm {
 namespace {
 
-
 std::string model_dir(const std::string& name) { return ELLM_SHARED "/models/" + name; }
 
 const std::shared_ptr<const Tokenizer>& tokenizer() {
@@ -35,7 +34,6 @@ std::unique_ptr<Engine> make_engine(const std::string& name, int64_t batch_size,
   options.eos_token_ids = kEos;
   return std::make_unique<Engine>(Model::load(model_dir(name), limits), tokenizer(), options);
 }
-
 
 class EngineModel : public ::testing::TestWithParam<std::string> {};
 

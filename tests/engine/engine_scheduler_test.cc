@@ -19,10 +19,6 @@ using testing::fake_greedy;
 using testing::FakeEngine;
 using testing::make_engine;
 
-
-
-
-
 TEST(EngineScheduler, GreedyFollowsTheModelsArgmax) {
   auto [model, engine] = make_engine(limits(128, 1));
   auto prompt = prompt_of(20, 1);

@@ -24,7 +24,6 @@ namespace {
 using testing::FakeModel;
 using testing::fake_greedy;
 
-
 EngineOptions spec_options(Proposer proposer, int64_t k) {
   EngineOptions options;
   options.eos_token_ids = kEos;
