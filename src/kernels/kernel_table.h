@@ -141,6 +141,9 @@ inline bool qwen3_decode_shapes(int64_t head_dim, int64_t rows) {
 // (from a multiple of kDotLanes); the inputs [from, dim) go in by scalar FMA, lane i % kDotLanes,
 // then the lanes fold in halves (l + 8, + 4, + 2, + 1).
 constexpr int64_t kDotLanes = 16;
+// The vector tiers walk the inputs in blocks of this many (an FP8 matrix's block of factors).
+constexpr int64_t kDotBlock = 128;
+static_assert(kDotBlock % kDotLanes == 0);
 inline float fold_dot_lanes(float* lanes) {
   for (int64_t half = kDotLanes / 2; half > 0; half /= 2)
     for (int64_t l = 0; l < half; ++l) lanes[l] += lanes[l + half];

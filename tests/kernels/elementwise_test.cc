@@ -285,9 +285,11 @@ TEST(Elementwise, GeluTanhMatchesScalar) {
 // The same bits on every tier (a MoE router's choice must not depend on the tier, the batch or
 // the rows beside it), and near the exact sum.
 TEST(Elementwise, DotRowsF32IsTheSameBitsOnEveryTier) {
-  const int64_t rows = 7, m = 70, ldx = 1030;  // m past a chunk of 64; ldx > any dim
+  const int64_t rows = 7, m = 70, ldx = 1290;  // m past a chunk of 64; ldx > any dim
   auto x = random_floats(m * ldx, 8, -2, 2);
-  for (int64_t dim : kCounts) {
+  // Dims with a tail past the vectors, and multiples of 16 (lanes folded in registers) over
+  // several blocks of 128 inputs.
+  for (int64_t dim : {0, 1, 7, 15, 16, 17, 31, 33, 100, 256, 1027, 1280}) {
     auto w = random_floats(rows * dim, 9, -2, 2);
     std::vector<float> want(m * rows);
     {

@@ -57,8 +57,9 @@ TEST(SmallMatrix, ProductsGiveTheBitsOfTheWidenedMatrix) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   // A mix's shapes, cut: [lowrank][width] (long rows) and [width][lowrank] (many short rows,
-  // more than a tile), with rows and dims that are not multiples of the tiles or factor blocks.
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{40, 1300}, {700, 72}, {4, 1300}};
+  // more than a tile), with rows and dims that are not multiples of the tiles or factor blocks,
+  // and dims that are (no tail: the vector tiers fold their lanes in registers).
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{40, 1300}, {700, 72}, {4, 1300}, {37, 1280}, {300, 80}};
   for (Dtype dtype : {Dtype::bf16, Dtype::f8_e4m3})
     for (const auto& shape : shapes) {
       const int64_t rows = shape.first, dim = shape.second;
