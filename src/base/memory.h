@@ -16,6 +16,16 @@ struct FreeDeleter {
 // Zero-filled, kAlign-aligned; large buffers ask for transparent huge pages.
 void* aligned_alloc_zeroed(size_t bytes);
 
+// While one lives (a model's load), buffers of 256 KiB up to 2 MiB share chunks of transparent
+// huge pages: buffers that live as long as the model, such as a MoE's experts.
+class SharedHugePagesScope {
+ public:
+  SharedHugePagesScope();
+  ~SharedHugePagesScope();
+  SharedHugePagesScope(const SharedHugePagesScope&) = delete;
+  SharedHugePagesScope& operator=(const SharedHugePagesScope&) = delete;
+};
+
 template <class T>
 using Buffer = std::unique_ptr<T[], FreeDeleter>;
 

@@ -88,6 +88,7 @@ class TensorLoader {
   void copy_fp8(const TensorInfo& t, int64_t row0, PackedWeights& w);
   void quantise(const TensorInfo& t, int64_t row0, PackedWeights& w);
 
+  SharedHugePagesScope huge_pages_;  // the weights' mid-sized matrices in shared huge pages
   const SafetensorsStore& store_;
   Isa isa_;
   bool quantize_fp8_, quantize_int4_, quantize_lm_head_;
