@@ -3,8 +3,9 @@
 // and then does not lower it. Decode is memory-bound only if a core widens and multiplies weights
 // faster than its share of the read bandwidth brings them: compare the GB/s here with `ellm bench`'s
 // read bandwidth divided by the threads. BF16, FP8, INT4 with BF16 and with int8 inputs, for 1, 2,
-// 4 and 64 rows, on the active tier (ELLM_ISA lowers it; ELLM_NO_AVX_VNNI=1 runs AVX2's int8 sums
-// without AVX-VNNI).
+// 4 and 64 rows, and the FP32 small products (dot_rows) over FP32 and FP8 weights for 1 and 4
+// rows, on the active tier (ELLM_ISA lowers it; ELLM_NO_AVX_VNNI=1 runs AVX2's int8 sums without
+// AVX-VNNI).
 //
 //   taskset -c 1 build/bench/bench_kernel_core
 #include <algorithm>
@@ -54,5 +55,24 @@ int main() {
                   double(m * n * k) / best * 1e-9, double(w.bytes) / best * 1e-9);
     }
   }
+  // The FP32 small products (dot_rows: a MoE router, Qwen3.8-Flash-Next's hyper-connection mixes
+  // and n-gram projections), over FP32 weights and over E4M3 codes widened in registers.
+  std::vector<float> f32_weights(size_t(n * k)), fp8_factors(size_t(((n + 127) / 128) * ((k + 127) / 128)), 1.0f / 448);
+  for (size_t i = 0; i < f32_weights.size(); ++i) f32_weights[i] = bf16_to_f32(bf16_weights[i]);
+  for (const std::string kind : {"dot_rows f32", "dot_rows fp8"})
+    for (int64_t m : {1, 4}) {
+      std::vector<float> x(size_t(m * k)), y(size_t(m * n));
+      for (auto& v : x) v = float(int(rng() % 2001) - 1000) / 1000.0f;
+      double best = 1e9;
+      for (int run = 0; run < 400; ++run) {
+        const auto start = std::chrono::steady_clock::now();
+        if (kind == "dot_rows f32") dot_rows_f32(x.data(), m, k, f32_weights.data(), n, k, y.data(), n);
+        else dot_rows_fp8(x.data(), m, k, fp8_codes.data(), fp8_factors.data(), 0, n, k, y.data(), n);
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      }
+      const double bytes = double(n * k) * (kind == "dot_rows f32" ? 4 : 1);
+      std::printf("%-16s %5lld %10.2f %10.1f %12.1f\n", kind.c_str(), (long long)m, best * 1e6,
+                  double(m * n * k) / best * 1e-9, bytes / best * 1e-9);
+    }
   return 0;
 }

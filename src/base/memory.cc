@@ -30,20 +30,28 @@ struct SharedChunk {
   size_t used;
   int64_t live;
 };
-std::mutex shared_mutex;
-std::vector<SharedChunk> shared_chunks;
+struct SharedChunks {
+  std::mutex mutex;
+  std::vector<SharedChunk> chunks;
+};
+// Never destroyed: a static Buffer elsewhere may be freed after this file's statics are gone.
+SharedChunks& shared() {
+  static SharedChunks* chunks = new SharedChunks;
+  return *chunks;
+}
 std::atomic<int> shared_scopes{0};
 
 void* shared_huge_alloc(size_t bytes) {
   const size_t rounded = (bytes + kSharedAlign - 1) / kSharedAlign * kSharedAlign;
-  std::lock_guard<std::mutex> lock(shared_mutex);
-  if (shared_chunks.empty() || shared_chunks.back().used + rounded > kSharedChunk) {
+  SharedChunks& s = shared();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.chunks.empty() || s.chunks.back().used + rounded > kSharedChunk) {
     void* base = std::aligned_alloc(VirtualRegion::kHugePage, kSharedChunk);
     if (!base) throw Error("out of memory allocating " + std::to_string(kSharedChunk) + " bytes");
     madvise(base, kSharedChunk, MADV_HUGEPAGE);
-    shared_chunks.push_back({static_cast<char*>(base), 0, 0});
+    s.chunks.push_back({static_cast<char*>(base), 0, 0});
   }
-  SharedChunk& chunk = shared_chunks.back();
+  SharedChunk& chunk = s.chunks.back();
   void* p = chunk.base + chunk.used;
   chunk.used += rounded;
   ++chunk.live;
@@ -53,13 +61,14 @@ void* shared_huge_alloc(size_t bytes) {
 
 // Whether p was carved from a shared chunk (and is now released).
 bool shared_huge_free(void* p) {
-  std::lock_guard<std::mutex> lock(shared_mutex);
-  for (size_t i = 0; i < shared_chunks.size(); ++i) {
-    SharedChunk& chunk = shared_chunks[i];
+  SharedChunks& s = shared();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  for (size_t i = 0; i < s.chunks.size(); ++i) {
+    SharedChunk& chunk = s.chunks[i];
     if (static_cast<char*>(p) < chunk.base || static_cast<char*>(p) >= chunk.base + kSharedChunk) continue;
     if (--chunk.live == 0) {
       std::free(chunk.base);
-      shared_chunks.erase(shared_chunks.begin() + int64_t(i));
+      s.chunks.erase(s.chunks.begin() + int64_t(i));
     }
     return true;
   }
