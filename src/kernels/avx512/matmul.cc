@@ -23,9 +23,6 @@
 #include "kernels/avx512/avx512.h"
 
 namespace ellm::avx512 {
-
-
-
 namespace {
 
 constexpr int kCols = 32;
