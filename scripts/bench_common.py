@@ -47,9 +47,11 @@ def stream_chunks(base, path, body, timeout=3600):
                 yield time.monotonic() - start, json.loads(line[6:])
 
 
-def make_model(binary, preset, out, layers=None):
+def make_model(binary, preset, out, layers=None, tokenizer_from=None):
     cmd = [binary, "make-model", "--preset", preset, "--out", out]
     if layers:
         cmd += ["--layers", str(layers)]
+    if tokenizer_from:
+        cmd += ["--tokenizer-from", tokenizer_from]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return out

@@ -68,6 +68,17 @@ void ImageRowCache::insert(const PromptImage& image, ImageRows rows) {
   bytes_ += size;
 }
 
+int RequestImages::next_to_encode(ImageRowCache& cache, const std::vector<PromptImage>& images, int64_t from,
+                                  int64_t& cache_hits) {
+  for (size_t i = 0; i < places_.size(); ++i) {
+    if (rows_[i] || places_[i].end() <= from) continue;
+    rows_[i] = cache.find(images[i]);
+    if (!rows_[i]) return int(i);
+    ++cache_hits;
+  }
+  return -1;
+}
+
 ImageRowSource RequestImages::token(Model& model, ImageRowCache& cache, const std::vector<PromptImage>& images,
                                     int32_t id, int32_t slot, int64_t p, bool want_logits, BatchToken& out) {
   out = BatchToken{id, slot, int32_t(p), want_logits};

@@ -63,6 +63,12 @@ class RequestImages {
   // or the tower.
   ImageRowSource token(Model& model, ImageRowCache& cache, const std::vector<PromptImage>& images, int32_t id,
                        int32_t slot, int64_t p, bool want_logits, BatchToken& out);
+  // Before a pass: the first image not over by position `from` whose rows are not held. An
+  // image found in the cache is held from it on the way (cache_hits counts those); returns the
+  // index of the first one to encode, -1 when every image from `from` on has its rows.
+  int next_to_encode(ImageRowCache& cache, const std::vector<PromptImage>& images, int64_t from,
+                     int64_t& cache_hits);
+  void hold(size_t image, ImageRows rows) { rows_[image] = std::move(rows); }
 
  private:
   std::vector<ImagePlacement> places_;

@@ -169,8 +169,13 @@ class Model {
   // during an open pass.
   virtual int32_t image_token_id() const { return -1; }
   virtual int64_t image_patch_floats() const { return 0; }
-  virtual void encode_image(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w,
-                            float* rows);
+  void encode_image(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w, float* rows);
+  // The same in stages (the tower's blocks), so that a server runs other slots' decode steps
+  // between them: begin_image, then image_stage() until it returns true with the rows written.
+  // Passes may run between two stages; pixel_values and rows must live until the last one.
+  virtual void begin_image(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w,
+                           float* rows);
+  virtual bool image_stage();
   virtual bool has_mtp() const { return false; }
   virtual void mtp_forward(std::span<const BatchToken> tokens, float* logits) {
     fail_no_mtp();

@@ -47,9 +47,18 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, const ServingLi
   return find_architecture(config.model_type)->load(model_dir, config, limits, std::move(team));
 }
 
-void Model::encode_image(const float*, int64_t, int64_t, int64_t, float*) {
+void Model::encode_image(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w,
+                         float* rows) {
+  begin_image(pixel_values, grid_t, grid_h, grid_w, rows);
+  while (!image_stage()) {
+  }
+}
+
+void Model::begin_image(const float*, int64_t, int64_t, int64_t, float*) {
   fail("encode_image", "this model has no vision tower loaded");
 }
+
+bool Model::image_stage() { fail("encode_image", "this model has no vision tower loaded"); }
 
 void Model::fail_no_mtp() {
   fail("mtp_forward", "this model has no multi-token-prediction head loaded");

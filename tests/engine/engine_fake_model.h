@@ -35,8 +35,10 @@ class FakeModel : public Model {
 
   static constexpr size_t kStateBytes = 64;  // 16 positions of its "KV"
 
-  FakeModel(int64_t vocab_size, ServingLimits limits, bool hybrid = false) : limits_(limits), hybrid_(hybrid) {
+  FakeModel(int64_t vocab_size, ServingLimits limits, bool hybrid = false, bool tower = false)
+      : limits_(limits), hybrid_(hybrid), tower_(tower) {
     config_.vocab_size = vocab_size;
+    if (tower_) config_.hidden_size = 1;  // an image's rows: one float per pad
     if (limits_.chunk_size <= 0) limits_.chunk_size = limits_.sequence_length;
     kv_.assign(limits_.batch_size, std::vector<int32_t>(limits_.sequence_length, -1));
     fed_.assign(limits_.batch_size, 0);
@@ -71,6 +73,7 @@ class FakeModel : public Model {
     if (int64_t(tokens.size()) > max_pass_tokens()) fail("fake", "too many tokens in a pass");
     if (pass_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pass_delay_ms.load()));
     std::lock_guard lock(mutex_);
+    if (image_open_) ++passes_between_image_stages_;
     if (open_) {  // the contract for a pass between the parts of another
       if (int64_t(tokens.size()) > limits_.batch_size) fail("fake", "too many tokens between parts");
       for (const BatchToken& t : tokens)
@@ -117,6 +120,41 @@ class FakeModel : public Model {
     ++cancelled_passes_;
   }
   std::atomic<int> part_delay_us_per_row{0}, pass_delay_ms{0};  // slow parts and passes down
+
+  // A vision tower (tower): pads are kImagePad, an image's patches one float each, and its row k
+  // is 100 + the sum of its patches + k, written by the last of kImageStages stages of
+  // image_stage_delay_ms each. Passes may run between the stages; an image is never begun during
+  // an open pass.
+  static constexpr int32_t kImagePad = 999;
+  static constexpr int kImageStages = 6;
+  std::atomic<int> image_stage_delay_ms{0};
+  int32_t image_token_id() const override { return tower_ ? kImagePad : -1; }
+  int64_t image_patch_floats() const override { return tower_ ? 1 : 0; }
+  void begin_image(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w, float* rows) override {
+    if (!tower_) Model::begin_image(pixel_values, grid_t, grid_h, grid_w, rows);
+    std::lock_guard lock(mutex_);
+    if (open_) fail("fake", "an image encoded during an open pass");
+    image_sum_ = 0;
+    for (int64_t i = 0; i < grid_t * grid_h * grid_w; ++i) image_sum_ += pixel_values[i];
+    image_rows_ = rows;
+    image_tokens_ = grid_t * grid_h * grid_w / 4;
+    image_stage_ = 0;
+    image_open_ = true;
+  }
+  bool image_stage() override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(image_stage_delay_ms.load()));
+    std::lock_guard lock(mutex_);
+    if (!image_open_) fail("fake", "image_stage without begin_image");
+    ++image_stages_run_;
+    if (++image_stage_ < kImageStages) return false;
+    for (int64_t k = 0; k < image_tokens_; ++k) image_rows_[k] = 100.0f + image_sum_ + float(k);
+    image_open_ = false;
+    ++images_encoded_;
+    return true;
+  }
+  int64_t images_encoded() const { return images_encoded_.load(); }
+  int64_t image_stages_run() const { return image_stages_run_.load(); }
+  int64_t passes_between_image_stages() const { return passes_between_image_stages_.load(); }
   std::atomic<int64_t> cancelled_passes_{0};
 
  private:
@@ -133,6 +171,10 @@ class FakeModel : public Model {
       for (int32_t p = 0; p < t.position; ++p)
         if (kv[p] < 0) fail("fake", "KV before position " + std::to_string(t.position) + " not written");
       kv[t.position] = t.token;
+      if (tower_ && t.token == kImagePad) {  // the pad's row stands for it, so the image changes the output
+        if (!t.embedding) fail("fake", "an image pad without its row");
+        kv[t.position] = int32_t(t.embedding[0]);
+      }
       written_[t.slot] = std::max<int64_t>(written_[t.slot], t.position + 1);
       ++fed_[t.slot];
       ++tokens_fed_;
@@ -256,6 +298,11 @@ class FakeModel : public Model {
   std::atomic<int64_t> split_passes_{0}, parts_run_{0}, passes_between_parts_{0};
   bool open_ = false;
   std::vector<BatchToken> open_tokens_;
+  bool tower_ = false, image_open_ = false;
+  float image_sum_ = 0;
+  float* image_rows_ = nullptr;
+  int64_t image_tokens_ = 0, image_stage_ = 0;
+  std::atomic<int64_t> images_encoded_{0}, image_stages_run_{0}, passes_between_image_stages_{0};
   int64_t layer_ = 0, row_ = 0;
 };
 
@@ -275,8 +322,9 @@ struct FakeEngine {
   std::unique_ptr<Engine> engine;
 };
 
-inline FakeEngine make_engine(ServingLimits limits, EngineOptions options = {}, bool hybrid = false) {
-  auto model = std::make_unique<FakeModel>(test_tokenizer()->vocab_size(), limits, hybrid);
+inline FakeEngine make_engine(ServingLimits limits, EngineOptions options = {}, bool hybrid = false,
+                              bool tower = false) {
+  auto model = std::make_unique<FakeModel>(test_tokenizer()->vocab_size(), limits, hybrid, tower);
   FakeModel* raw = model.get();
   if (options.eos_token_ids.empty()) options.eos_token_ids = kEos;
   return {raw, std::make_unique<Engine>(std::move(model), test_tokenizer(), options)};

@@ -153,10 +153,10 @@ struct WhileGenerating {
   std::shared_ptr<RequestStream> stream;
   std::vector<int32_t> first_ids;
 
-  WhileGenerating(double max_stall_seconds, int seed) {
+  WhileGenerating(double max_stall_seconds, int seed, bool tower = false) {
     EngineOptions options;
     options.max_decode_stall_seconds = max_stall_seconds;
-    fake = make_engine(limits(4096, 2), options);
+    fake = make_engine(limits(4096, 2), options, /*hybrid=*/false, tower);
     fake.model->pass_delay_ms = 5;
     prompt = prompt_of(8, seed);
     stream = fake.engine->submit(greedy(prompt, 3000));
@@ -219,6 +219,83 @@ TEST(EngineScheduler, CancelledLongPrefillStopsBetweenParts) {
   Outcome again = collect(busy.fake.engine->submit(greedy(long_prompt, 3)));
   EXPECT_EQ(again.ids, fake_greedy(long_prompt, 3));
   EXPECT_EQ(again.end.cached_tokens, 0);
+}
+
+// A prompt of 5 words, a 4 x 4-patch image (4 pads, patches of `pixel`) and 3 words; what the
+// fake model's greedy decoding gives for it: the pads' rows stand in their places.
+struct ImagePrompt {
+  GenerateRequest request;
+  std::vector<int32_t> as_fed;
+  ImagePrompt(int seed, float pixel, int64_t max_tokens) {
+    std::vector<int32_t> prompt = prompt_of(5, seed);
+    PromptImage image;
+    image.first = int64_t(prompt.size());
+    image.grid_h = image.grid_w = 4;
+    image.merged_h = image.merged_w = 2;
+    image.pixel_values = std::make_shared<const std::vector<float>>(16, pixel);
+    image.content_hash = uint64_t(pixel * 1000);
+    prompt.insert(prompt.end(), 4, FakeModel::kImagePad);
+    for (int32_t id : prompt_of(3, seed + 1)) prompt.push_back(id);
+    as_fed = prompt;
+    for (int64_t k = 0; k < 4; ++k) as_fed[size_t(image.first + k)] = int32_t(100 + 16 * pixel + float(k));
+    request = greedy(prompt, max_tokens);
+    request.images = {image};
+  }
+};
+
+// A screenshot's tower runs in stages before the pass that feeds its pads; a slot generating
+// meanwhile gets its decode steps between the stages instead of waiting for all of them, and
+// both outputs are exactly what the model implies.
+TEST(EngineScheduler, ImageEncodesInStagesWhileOthersDecode) {
+  WhileGenerating busy(0.05, 40, /*tower=*/true);
+  FakeModel* model = busy.fake.model;
+  model->image_stage_delay_ms = 30;  // 6 stages: 180 ms, against a stall limit of 50
+  const ImagePrompt image(41, 0.5f, 3);
+  Outcome out = collect(busy.fake.engine->submit(image.request));
+  EXPECT_EQ(out.ids, fake_greedy(image.as_fed, 3));
+  EXPECT_EQ(model->images_encoded(), 1);
+  EXPECT_EQ(model->image_stages_run(), FakeModel::kImageStages);
+  EXPECT_GE(model->passes_between_image_stages(), 2);
+  EXPECT_EQ(busy.fake.engine->metrics().images_encoded_total, 1);
+  busy.stop();
+}
+
+// With no stall limit the tower runs through; the same image in another prompt comes from the
+// image cache, not the tower.
+TEST(EngineScheduler, NoStallLimitEncodesAnImageThroughAndTheCacheServesItAgain) {
+  WhileGenerating busy(0, 42, /*tower=*/true);
+  FakeModel* model = busy.fake.model;
+  model->image_stage_delay_ms = 10;
+  const ImagePrompt first(43, 0.25f, 2), again(45, 0.25f, 2);
+  EXPECT_EQ(collect(busy.fake.engine->submit(first.request)).ids, fake_greedy(first.as_fed, 2));
+  EXPECT_EQ(model->passes_between_image_stages(), 0);
+  EXPECT_EQ(collect(busy.fake.engine->submit(again.request)).ids, fake_greedy(again.as_fed, 2));
+  EXPECT_EQ(model->images_encoded(), 1);
+  EngineMetrics m = busy.fake.engine->metrics();
+  EXPECT_EQ(m.images_encoded_total, 1);
+  EXPECT_EQ(m.image_cache_hits_total, 1);
+  busy.stop();
+}
+
+// A client that gives up while its image encodes stops the tower at the next stage; the slot
+// generating beside it goes on, and the next image request is encoded from the start.
+TEST(EngineScheduler, CancelledImageStopsBetweenStages) {
+  WhileGenerating busy(0.05, 46, /*tower=*/true);
+  FakeModel* model = busy.fake.model;
+  model->image_stage_delay_ms = 50;
+  const ImagePrompt image(47, 0.75f, 3);
+  auto stream = busy.fake.engine->submit(image.request);
+  for (int i = 0; i < 1000 && model->image_stages_run() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  stream->cancel();
+  Outcome aborted = collect(stream);
+  EXPECT_EQ(aborted.end.finish_reason, FinishReason::abort);
+  EXPECT_EQ(model->images_encoded(), 0);
+  EXPECT_LT(model->image_stages_run(), FakeModel::kImageStages);
+  model->image_stage_delay_ms = 0;
+  EXPECT_EQ(collect(busy.fake.engine->submit(image.request)).ids, fake_greedy(image.as_fed, 3));
+  EXPECT_EQ(model->images_encoded(), 1);
+  busy.stop();
 }
 
 // A shutdown stops a long prefill at the next part instead of waiting for all of it.

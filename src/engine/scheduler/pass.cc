@@ -192,7 +192,6 @@ bool Scheduler::run_in_parts() {
   const int64_t layers = std::max<int64_t>(1, model_.config().num_hidden_layers);
   int64_t rows = std::clamp<int64_t>(int64_t(part_target * double(layers) / prefill_seconds_per_token_), 16, n);
   double prefill_seconds = 0;
-  auto last_token = Clock::now();  // the previous pass gave the generating slots theirs
   model_.begin_pass(batch_);
   for (;;) {
     const auto start = Clock::now();
@@ -219,10 +218,8 @@ bool Scheduler::run_in_parts() {
       }
       return false;
     }
-    if (seconds_between(last_token, Clock::now()) + next_part_seconds + decode_step_seconds_ >= stall) {
+    if (seconds_between(last_tokens_at_, Clock::now()) + next_part_seconds + decode_step_seconds_ >= stall)
       decode_between_parts();
-      last_token = Clock::now();
-    }
   }
   prefill_seconds_per_token_ = prefill_seconds / double(n);
   return true;
@@ -263,6 +260,8 @@ void Scheduler::fail_parts(std::span<const PassPart> parts, const std::string& e
 
 // After a pass: the slots hold the tokens fed, and the logits rows go to their requests.
 void Scheduler::take_results(std::span<const PassPart> parts) {
+  if (std::any_of(parts.begin(), parts.end(), [](const PassPart& p) { return p.logits || p.proposed > 0; }))
+    last_tokens_at_ = Clock::now();
   size_t row = 0;
   for (const PassPart& part : parts) {
     if (part.proposed > 0) {

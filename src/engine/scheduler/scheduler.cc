@@ -215,6 +215,7 @@ void Scheduler::step() {
   drop_cancelled();
   finish_restores();
   admit();
+  encode_images();
   build_pass();
   if (!batch_.empty()) run_pass();
   publish_metrics();

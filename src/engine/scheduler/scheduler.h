@@ -10,6 +10,8 @@
 //                      slot, or the store on the restorer thread), and starting it there
 //   pass.cc            building a pass and running it (in parts when a prefill would stall
 //                      the decoding slots), speculative proposals and their check
+//   images.cc          the images a pass will need, encoded before it in the tower's stages,
+//                      with the decoding slots' steps in between
 //   slot_sessions.*    the slots' sessions under the KV budget: saved, evicted, copied in
 //   request_output.*   a request's way out: logits → constraint → sampler → stop → text → stream
 //   requests.h         a request queued, and running in a slot
@@ -97,6 +99,10 @@ class Scheduler {
   void keep_snapshots(int slot);
   void fail_parts(std::span<const PassPart> parts, const std::string& error);
 
+  // images.cc
+  void encode_images();
+  bool encode_image(int slot, int image);
+
   Model& model_;
   const Tokenizer& tokenizer_;
   const EngineOptions options_;
@@ -122,6 +128,7 @@ class Scheduler {
   // prefill is short rather than seconds long.
   double prefill_seconds_per_token_ = 20e-3;
   double decode_step_seconds_ = 0;        // measured
+  Clock::time_point last_tokens_at_;      // when a pass last gave slots their next tokens
   bool pass_has_prefill_ = false;
   // Speculative decoding: per slot its proposals for this pass; the draft proposers; scratch.
   std::vector<std::vector<int32_t>> proposals_;  // [slot][num_speculative_tokens]

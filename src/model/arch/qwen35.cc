@@ -315,11 +315,13 @@ void Qwen35Model::describe(std::string& line) const {
             std::to_string(tower_->config().depth) + " blocks)";
 }
 
-void Qwen35Model::encode_image(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w,
-                               float* rows) {
-  if (!tower_) Model::encode_image(pixel_values, grid_t, grid_h, grid_w, rows);
-  tower_->encode(pixel_values, grid_t, grid_h, grid_w, rows);
+void Qwen35Model::begin_image(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w,
+                              float* rows) {
+  if (!tower_) Model::begin_image(pixel_values, grid_t, grid_h, grid_w, rows);
+  tower_->begin_encode(pixel_values, grid_t, grid_h, grid_w, rows);
 }
+
+bool Qwen35Model::image_stage() { return tower_ ? tower_->encode_stage() : Model::image_stage(); }
 
 // Bump the version whenever the KV rows' meaning changes (dtype, RoPE, row layout). The KV of
 // the full-attention layers only, RoPE on the rotary dims; snapshots of the state

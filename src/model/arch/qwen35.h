@@ -55,8 +55,9 @@ class Qwen35Model final : public Decoder {
   void mtp_forward(std::span<const BatchToken> tokens, float* logits) override;
   int32_t image_token_id() const override { return tower_ ? config_.image_token_id : -1; }
   int64_t image_patch_floats() const override { return tower_ ? tower_->config().patch_values() : 0; }
-  void encode_image(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w,
-                    float* rows) override;
+  void begin_image(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w,
+                   float* rows) override;
+  bool image_stage() override;
 
  private:
   void layer(int64_t l, const PassRows& rows) override;

@@ -94,9 +94,9 @@ void VisionTower::reserve(int64_t patches, int64_t frame_len) {
       vision_attention_scratch_floats(c.num_heads, c.head_dim(), s.patches, s.frame_len, team_.size()));
 }
 
-void VisionTower::run_block(const VisionBlockWeights& b, int64_t frames, int64_t frame_len) {
+void VisionTower::run_attention(const VisionBlockWeights& b, int64_t frames, int64_t frame_len) {
   const VisionConfig& c = config_;
-  const int64_t N = frames * frame_len, H = c.hidden_size, I = c.intermediate_size;
+  const int64_t N = frames * frame_len, H = c.hidden_size;
   const int64_t heads = c.num_heads, hd = c.head_dim(), half = hd / 2;
   Scratch& s = scratch_;
   layer_norm_to_bf16(team_, s.x.get(), N, H, b.norm1, kNormEps, s.xb.get());
@@ -114,27 +114,50 @@ void VisionTower::run_block(const VisionBlockWeights& b, int64_t frames, int64_t
                    s.attention.get());
   to_bf16(team_, s.attention.get(), N * H, s.xb.get());
   vision_linear(team_, s.xb.get(), N, H, b.proj, s.x.get(), H, true);
+}
+
+void VisionTower::run_mlp(const VisionBlockWeights& b, int64_t frames, int64_t frame_len) {
+  const VisionConfig& c = config_;
+  const int64_t N = frames * frame_len, H = c.hidden_size, I = c.intermediate_size;
+  Scratch& s = scratch_;
   layer_norm_to_bf16(team_, s.x.get(), N, H, b.norm2, kNormEps, s.xb.get());
   vision_linear(team_, s.xb.get(), N, H, b.fc1, s.wide.get(), I, false);
   gelu_to_bf16(team_, s.wide.get(), N * I, c.tanh_gelu, s.xb.get());
   vision_linear(team_, s.xb.get(), N, I, b.fc2, s.x.get(), H, true);
 }
 
+// The merge blocks' rows are consecutive, so [N][H] normed rows are [N / unit][M] merged ones.
+void VisionTower::run_merger(int64_t patches, float* out) {
+  const VisionConfig& c = config_;
+  const int64_t H = c.hidden_size, M = c.merged_width(), tokens = patches / c.merge_unit();
+  Scratch& s = scratch_;
+  layer_norm_to_bf16(team_, s.x.get(), patches, H, weights_.merger_norm, kNormEps, s.xb.get());
+  vision_linear(team_, s.xb.get(), tokens, M, weights_.merger_fc1, s.wide.get(), M, false);
+  gelu_to_bf16(team_, s.wide.get(), tokens * M, /*tanh_approximation=*/false, s.xb.get());
+  vision_linear(team_, s.xb.get(), tokens, M, weights_.merger_fc2, out, c.out_hidden_size, false);
+}
+
 void VisionTower::encode(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w,
                          float* out) {
+  begin_encode(pixel_values, grid_t, grid_h, grid_w, out);
+  while (!encode_stage()) {
+  }
+}
+
+void VisionTower::begin_encode(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w,
+                               float* out) {
   const VisionConfig& c = config_;
   const int64_t m = c.spatial_merge_size;
+  encoding_ = {};
   if (grid_t <= 0 || grid_h <= 0 || grid_w <= 0 || grid_h % m || grid_w % m)
     fail("vision tower", "image grid " + std::to_string(grid_t) + "x" + std::to_string(grid_h) +
                              "x" + std::to_string(grid_w) + " is not made of whole " +
                              std::to_string(m) + "x" + std::to_string(m) + " merge blocks");
   const int64_t S = grid_h * grid_w, N = grid_t * S, H = c.hidden_size, P = c.patch_values();
-  const int64_t M = c.merged_width();
   reserve(N, S);
   Scratch& s = scratch_;
   to_bf16(team_, pixel_values, N * P, s.xb.get());
-  vision_linear(team_, s.xb.get(), N, P, weights_.patch_embed, s.x.get(), H,
-                false);
+  vision_linear(team_, s.xb.get(), N, P, weights_.patch_embed, s.x.get(), H, false);
   interpolate_positions(weights_.position_table.get(), c.position_side(), H, grid_h, grid_w, m,
                         s.positions.get());
   patch_rotary_angles(c.head_dim(), grid_h, grid_w, m, s.cos.get(), s.sin.get());
@@ -143,16 +166,25 @@ void VisionTower::encode(const float* pixel_values, int64_t grid_t, int64_t grid
     for (int64_t i = begin; i < end; ++i)
       for (int64_t d = 0; d < H; ++d) s.x[i * H + d] += s.positions[i % S * H + d];
   });
-  for (const VisionBlockWeights& b : weights_.blocks) run_block(b, grid_t, S);
+  encoding_ = {out, grid_t, S, 0};
+}
 
-  // The merge blocks' rows are consecutive, so [N][H] normed rows are [N / unit][M] merged ones.
-  const int64_t tokens = N / c.merge_unit();
-  layer_norm_to_bf16(team_, s.x.get(), N, H, weights_.merger_norm, kNormEps, s.xb.get());
-  vision_linear(team_, s.xb.get(), tokens, M, weights_.merger_fc1,
-                s.wide.get(), M, false);
-  gelu_to_bf16(team_, s.wide.get(), tokens * M, /*tanh_approximation=*/false, s.xb.get());
-  vision_linear(team_, s.xb.get(), tokens, M, weights_.merger_fc2, out,
-                c.out_hidden_size, false);
+bool VisionTower::encode_stage() {
+  Encoding& e = encoding_;
+  if (!e.out) fail("vision tower", "encode_stage without begin_encode");
+  const int64_t blocks = int64_t(weights_.blocks.size());
+  if (e.stage < 2 * blocks) {
+    const VisionBlockWeights& b = weights_.blocks[size_t(e.stage / 2)];
+    if (e.stage % 2 == 0)
+      run_attention(b, e.frames, e.frame_len);
+    else
+      run_mlp(b, e.frames, e.frame_len);
+    ++e.stage;
+    return false;
+  }
+  run_merger(e.frames * e.frame_len, e.out);
+  e = {};
+  return true;
 }
 
 }  // namespace ellm

@@ -64,11 +64,20 @@ class VisionTower {
   // The scratch grows to the largest image seen and is kept, so one call at a time; a grid not
   // made of whole merge blocks is an Error.
   void encode(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w, float* out);
+  // The same in stages, so that a server can run other work between them: begin_encode checks
+  // the grid and embeds the patches; each encode_stage() runs the attention or the MLP of one
+  // block, or last the merger, and returns true once `out` holds the rows (the same bits as
+  // encode). pixel_values and out must live until then; begin_encode abandons an encoding left
+  // unfinished.
+  void begin_encode(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w, float* out);
+  bool encode_stage();
 
  private:
   VisionTower(const VisionConfig& config, ThreadTeam& team) : config_(config), team_(team) {}
   void reserve(int64_t patches, int64_t frame_len);
-  void run_block(const VisionBlockWeights& b, int64_t frames, int64_t frame_len);
+  void run_attention(const VisionBlockWeights& b, int64_t frames, int64_t frame_len);
+  void run_mlp(const VisionBlockWeights& b, int64_t frames, int64_t frame_len);
+  void run_merger(int64_t patches, float* out);
 
   VisionConfig config_;
   ThreadTeam& team_;
@@ -78,6 +87,11 @@ class VisionTower {
     Buffer<float> x, qkv, attention, wide, positions, cos, sin, attention_scratch;
     Buffer<bf16> xb;
   } scratch_;
+  struct Encoding {  // begin_encode's image, while its stages run
+    float* out = nullptr;  // null: none
+    int64_t frames = 0, frame_len = 0;
+    int64_t stage = 0;  // 2 per block (attention, MLP), then the merger
+  } encoding_;
 };
 
 }  // namespace ellm
