@@ -317,6 +317,30 @@ void Decoder::commit_and_embed(const PassRows& r) {
   });
 }
 
+void Decoder::load_tower(const std::string& model_dir) {
+  if (!limits_.language_model_only) tower_ = VisionTower::load_if_present(model_dir, team_);
+  if (tower_ && tower_->out_hidden() != config_.hidden_size)
+    fail(model_dir + "/config.json", "vision_config.out_hidden_size " + std::to_string(tower_->out_hidden()) +
+                                         " is not the text model's hidden_size " +
+                                         std::to_string(config_.hidden_size));
+  if (tower_ && config_.image_token_id < 0)
+    fail(model_dir + "/config.json", "a vision_config needs 'image_token_id' (the <|image_pad|> id)");
+}
+
+void Decoder::describe_tower(std::string& line) const {
+  if (tower_)
+    line += ", vision tower " + format_bytes(double(tower_->weight_bytes())) + " (" +
+            std::to_string(tower_->config().depth) + " blocks)";
+}
+
+void Decoder::begin_image(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w,
+                          float* rows) {
+  if (!tower_) Model::begin_image(pixel_values, grid_t, grid_h, grid_w, rows);
+  tower_->begin_encode(pixel_values, grid_t, grid_h, grid_w, rows);
+}
+
+bool Decoder::image_stage() { return tower_ ? tower_->encode_stage() : Model::image_stage(); }
+
 // logits = norm(x) @ lm_head^T, only for the tokens that want logits.
 void Decoder::lm_head(const PassRows& r, float* logits) {
   const std::span<const BatchToken> tokens = r.tokens;

@@ -25,6 +25,7 @@
 #include "model/memory/sequence_memory.h"
 #include "model/model.h"
 #include "model/rope.h"
+#include "model/vision/vision_tower.h"
 
 namespace ellm {
 
@@ -91,6 +92,12 @@ class Decoder : public Model {
   void set_profile_sink(ProfileSink* sink) override;
   void accept(int slot, int64_t end) override;
   std::shared_ptr<ThreadTeam> thread_team() const override { return team_owner_; }
+  // Images, where the folder has a vision tower (load_tower).
+  int32_t image_token_id() const override { return tower_ ? config_.image_token_id : -1; }
+  int64_t image_patch_floats() const override { return tower_ ? tower_->config().patch_values() : 0; }
+  void begin_image(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w,
+                   float* rows) override;
+  bool image_stage() override;
 
  protected:
   Decoder(const ModelConfig& config, const ServingLimits& limits, std::shared_ptr<ThreadTeam> team);
@@ -111,6 +118,12 @@ class Decoder : public Model {
                    int64_t widest_input);
 
   size_t automatic_kv_budget() const;  // --kv-memory's default: what RAM allows
+
+  // The folder's vision tower (model.visual.*, Qwen3.5+), unless it has none or
+  // limits_.language_model_only; its rows replace the <|image_pad|> embeddings (BatchToken).
+  void load_tower(const std::string& model_dir);
+  void describe_tower(std::string& load_line) const;
+  std::unique_ptr<VisionTower> tower_;  // null: text only
 
   // Whether attention runs on BF16 products (--attention-products bf16 with an FP16 cache, on a
   // tier that has them): an architecture that honours it asks here for its AttentionSpec; the

@@ -32,6 +32,27 @@ void check_yarn(const RopeScaling& s, const std::string& where) {
 
 }  // namespace
 
+void parse_mrope(const json& rope, const std::string& where, ModelConfig& c) {
+  auto it = rope.find("mrope_section");
+  if (it == rope.end() || it->is_null()) return;
+  if (!it->is_array() || it->size() != 3)
+    fail(where, "field 'mrope_section' must be an array of three counts");
+  for (int i = 0; i < 3; ++i) {
+    if (!(*it)[i].is_number_integer() || (*it)[i].get<int64_t>() < 0)
+      fail(where, "field 'mrope_section' must hold non-negative integers");
+    c.mrope_section[i] = (*it)[i].get<int64_t>();
+  }
+  c.mrope_interleaved = get_bool(rope, where, "mrope_interleaved", false);
+}
+
+void check_mrope(const std::string& where, const ModelConfig& c) {
+  const auto& section = c.mrope_section;
+  const int64_t sections = section[0] + section[1] + section[2];
+  if (sections != 0 && sections != c.rotary_dim() / 2)
+    fail(where, "mrope_section sums to " + std::to_string(sections) + ", not the " +
+                    std::to_string(c.rotary_dim() / 2) + " rotary frequencies");
+}
+
 void parse_rope_type(const json& object, const std::string& where, const char* key, ModelConfig& c) {
   if (object.is_null()) return;
   if (!object.is_object()) fail(where, "field '" + std::string(key) + "' must be an object");

@@ -23,6 +23,10 @@ namespace ellm {
 // attention_factor (or mscale / mscale_all_dim) and truncate into c.rope_scaling. Call after
 // max_position_embeddings is read. Another rope type is a one-line error.
 void parse_rope_type(const nlohmann::json& object, const std::string& where, const char* key, ModelConfig& c);
+// A rope_parameters object's mrope_section (three counts of frequencies: T, H, W) and
+// mrope_interleaved; check_mrope: once the rotary dims are known, the counts cover them.
+void parse_mrope(const nlohmann::json& rope, const std::string& where, ModelConfig& c);
+void check_mrope(const std::string& where, const ModelConfig& c);
 
 // "yarn:FACTOR[:ORIGINAL]" (--rope-scaling) as a RopeScaling (original 0: the config's
 // max_position_embeddings); "none" or "default": no scaling. Throws a one-line error.

@@ -249,6 +249,14 @@ def main():
         sessions(s)
         computer_use_loop(s)
         concurrent_users(s)
+    # Qwen3.8-Flash-Next carries the same tower (its tiny model ships Qwen3's template; the
+    # Qwen3.8 one renders images): its screenshots run the same loop.
+    qwen38_template = os.path.join(SHARED, "text", "qwen35", "chat_template_qwen38.jinja")
+    with Server(os.path.join(SHARED, "models", "tiny-qwen4exp"), "--chat-template", qwen38_template,
+                sequence_length=4096) as s:
+        streams(s)
+        computer_use_loop(s)
+    print("ok: Qwen3.8-Flash-Next (tiny-qwen4exp) takes screenshots")
     with Server(os.path.join(SHARED, "models", "tiny-qwen3"), sequence_length=512) as s:
         status, r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": image_uri("a_64x96.png")}}]}], "max_tokens": 1})

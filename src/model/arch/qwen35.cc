@@ -11,20 +11,6 @@ using nlohmann::json;
 
 namespace {
 
-// rope_parameters' mrope_section (three counts of frequencies) and mrope_interleaved.
-void parse_mrope(const json& rope, const std::string& where, ModelConfig& c) {
-  auto it = rope.find("mrope_section");
-  if (it == rope.end() || it->is_null()) return;
-  if (!it->is_array() || it->size() != 3)
-    fail(where, "field 'mrope_section' must be an array of three counts");
-  for (int i = 0; i < 3; ++i) {
-    if (!(*it)[i].is_number_integer() || (*it)[i].get<int64_t>() < 0)
-      fail(where, "field 'mrope_section' must hold non-negative integers");
-    c.mrope_section[i] = (*it)[i].get<int64_t>();
-  }
-  c.mrope_interleaved = get_bool(rope, where, "mrope_interleaved", false);
-}
-
 // The text config of a Qwen3.5-generation model: the layer kinds from layer_types or
 // full_attention_interval, RoPE from rope_parameters or rope_theta (multimodal RoPE's sections
 // for image tokens; YaRN from either), the Gated DeltaNet shape, the MoE with a shared expert.
@@ -68,11 +54,7 @@ void parse_text_config(const json& j, const std::string& where, ModelConfig& c) 
   if (!(factor > 0 && factor <= 1) || c.rotary_dim() % 2 || c.rotary_dim() == 0)
     fail(where, "partial_rotary_factor " + std::to_string(factor) + " does not give an even " +
                     "number of rotary dims of head_dim " + std::to_string(c.head_dim));
-  const auto& section = c.mrope_section;
-  const int64_t sections = section[0] + section[1] + section[2];
-  if (sections != 0 && sections != c.rotary_dim() / 2)
-    fail(where, "mrope_section sums to " + std::to_string(sections) + ", not the " +
-                    std::to_string(c.rotary_dim() / 2) + " rotary frequencies");
+  check_mrope(where, c);
   if (!get_bool(j, where, "attn_output_gate", true))
     fail(where, "attn_output_gate false is not supported");
 
@@ -184,12 +166,7 @@ Qwen35Model::Qwen35Model(const std::string& model_dir, const ModelConfig& config
     fail("--num-speculative-tokens", "a hybrid model checks at most 15 proposed tokens at once");
   weights_ = load_qwen35_weights(model_dir, c, active_isa(), limits_.quantize_fp8,
                                  limits_.quantize_int4, limits_.mtp, limits_.int4_lm_head);
-  if (!limits_.language_model_only) tower_ = VisionTower::load_if_present(model_dir, team_);
-  if (tower_ && tower_->out_hidden() != c.hidden_size)
-    fail(model_dir + "/config.json", "vision_config.out_hidden_size " + std::to_string(tower_->out_hidden()) +
-                                         " is not the text model's hidden_size " + std::to_string(c.hidden_size));
-  if (tower_ && c.image_token_id < 0)
-    fail(model_dir + "/config.json", "a vision_config needs 'image_token_id' (the <|image_pad|> id)");
+  load_tower(model_dir);
   // KV for the full-attention layers (and the MTP head's, last); a recurrent state for the
   // Gated DeltaNet layers.
   int64_t n_full = 0, n_linear = 0;
@@ -310,18 +287,9 @@ void Qwen35Model::describe(std::string& line) const {
   if (!memory_.rollback().empty())
     line += ", " + format_bytes(double(memory_.rollback().bytes())) + " to roll speculative tokens back";
   if (limits_.mtp) line += ", MTP head loaded";
-  if (tower_)
-    line += ", vision tower " + format_bytes(double(tower_->weight_bytes())) + " (" +
-            std::to_string(tower_->config().depth) + " blocks)";
+  describe_tower(line);
 }
 
-void Qwen35Model::begin_image(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w,
-                              float* rows) {
-  if (!tower_) Model::begin_image(pixel_values, grid_t, grid_h, grid_w, rows);
-  tower_->begin_encode(pixel_values, grid_t, grid_h, grid_w, rows);
-}
-
-bool Qwen35Model::image_stage() { return tower_ ? tower_->encode_stage() : Model::image_stage(); }
 
 // Bump the version whenever the KV rows' meaning changes (dtype, RoPE, row layout). The KV of
 // the full-attention layers only, RoPE on the rotary dims; snapshots of the state

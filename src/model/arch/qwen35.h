@@ -53,11 +53,6 @@ class Qwen35Model final : public Decoder {
   std::string kv_format() const override;
   bool has_mtp() const override { return limits_.mtp; }
   void mtp_forward(std::span<const BatchToken> tokens, float* logits) override;
-  int32_t image_token_id() const override { return tower_ ? config_.image_token_id : -1; }
-  int64_t image_patch_floats() const override { return tower_ ? tower_->config().patch_values() : 0; }
-  void begin_image(const float* pixel_values, int64_t grid_t, int64_t grid_h, int64_t grid_w,
-                   float* rows) override;
-  bool image_stage() override;
 
  private:
   void layer(int64_t l, const PassRows& rows) override;
@@ -80,7 +75,6 @@ class Qwen35Model final : public Decoder {
   MoeBuffers moe_;
   SharedExpertBuffers shared_;
   MtpHead mtp_;
-  std::unique_ptr<VisionTower> tower_;  // null: text only (no vision_config, or language_model_only)
 };
 
 // The config parser the registry calls (registry.cc).

@@ -61,13 +61,15 @@ Qwen4ExpConfig parse_qwen4exp_fields(const json& root, const std::string& where,
     c.linear_attention.push_back(kind == "linear_attention");
   }
 
-  // RoPE: rope_parameters (mRoPE with text positions is plain RoPE on the rotary dims; YaRN).
+  // RoPE: rope_parameters (multimodal RoPE's sections for image tokens, whose text positions
+  // give plain RoPE on the rotary dims; YaRN).
   c.rope_theta = get_number(j, where, "rope_theta", 10000000.0);
   c.partial_rotary_factor = get_number(j, where, "partial_rotary_factor", 0.25);
   if (auto rope = j.find("rope_parameters"); rope != j.end() && rope->is_object()) {
     c.rope_theta = get_number(*rope, where, "rope_theta", c.rope_theta);
     c.partial_rotary_factor = get_number(*rope, where, "partial_rotary_factor", c.partial_rotary_factor);
     parse_rope_type(*rope, where, "rope_parameters", c);
+    parse_mrope(*rope, where, c);
   }
   if (c.rope_theta <= 0) fail(where, "field 'rope_theta' must be positive");
   const int64_t rd = c.rotary_dim();
@@ -75,6 +77,9 @@ Qwen4ExpConfig parse_qwen4exp_fields(const json& root, const std::string& where,
     fail(where, "partial_rotary_factor " + std::to_string(c.partial_rotary_factor) +
                     " does not give an even number of rotary dims (at most 512) of head_dim " +
                     std::to_string(c.head_dim));
+
+  check_mrope(where, c);
+  c.image_token_id = int32_t(get_int(root, where, "image_token_id", false, -1));
 
   // Gated DeltaNet.
   c.linear_num_key_heads = positive(j, where, "linear_num_key_heads", true);
@@ -213,6 +218,7 @@ Qwen4ExpModel::Qwen4ExpModel(const std::string& model_dir, const ModelConfig& co
     }
     m.mixer = load_hyper_connection(load, root + "hyper_connection_mixer.", hc_spec_, false);
   });
+  load_tower(model_dir);
 
   // KV (with the indexer's keys) for the QSA layers; per slot the Gated DeltaNet states, then
   // each n-gram module's history and hash context.
@@ -333,6 +339,7 @@ void Qwen4ExpModel::describe(std::string& line) const {
           format_bytes(double(state_bytes_per_slot())) + " per slot, n-gram table " +
           format_bytes(double(table.bytes)) + " mapped (" + resident + " resident" +
           (table.locked ? ", locked)" : ")");
+  describe_tower(line);
 }
 
 MappedTableStatus Qwen4ExpModel::mapped_table() const {
@@ -354,15 +361,16 @@ void Qwen4ExpModel::evict_mapped_table() {
 }
 
 // Bump the version whenever the KV rows' or the state's meaning changes. Per QSA layer: K, V
-// (f16, RoPE on the rotary dims), then per position the indexer's raw key and block key (f32).
+// (f16, RoPE on the rotary dims), then per position the indexer's raw key and block key (f32)
+// and the position's (T, H, W) rope position (f32, -1: its text position).
 // State: per Gated DeltaNet layer the conv window then S; then per n-gram module its window of
 // the last tokens' rows (rmsnorm(gv), id).
 std::string Qwen4ExpModel::kv_format() const {
   const ModelConfig& c = config_;
-  return "qwen4exp-kv v1 " + std::string(kv_format_tag(memory_.kv().dtype())) + " layers=" + std::to_string(c.num_hidden_layers) +
+  return "qwen4exp-kv v2 " + std::string(kv_format_tag(memory_.kv().dtype())) + " layers=" + std::to_string(c.num_hidden_layers) +
          " kv_heads=" + std::to_string(c.num_key_value_heads) + " head_dim=" + std::to_string(c.head_dim) +
          " rotary=" + std::to_string(c.rotary_dim()) + " " + rope_format(c) +
-         " index=f32[2][" + std::to_string(extra_.indexer_head_dim) + "] state=f32 conv[" +
+         " index=f32[2][" + std::to_string(extra_.indexer_head_dim) + "]+rope[4] state=f32 conv[" +
          std::to_string(c.linear_conv_kernel_dim - 1) + "][" + std::to_string(c.conv_dim()) + "] S[" +
          std::to_string(c.linear_num_value_heads) + "][" + std::to_string(c.linear_key_head_dim) + "][" +
          std::to_string(c.linear_value_head_dim) + "] ple=" + std::to_string(extra_.ple_layers.size()) + "x[" +

@@ -43,7 +43,7 @@ void sparse_attention(BlockContext& ctx, const SparseAttentionSpec& s, const Spa
   const AttentionSpec& a = s.attention;
   const int64_t n = r.size(), H = a.hidden, hd = a.head_dim, Q = a.q_dim();
   const int64_t IH = s.index_heads, ID = s.index_dim, IW = s.index_width(), C = s.cache_floats();
-  const int64_t R = s.ratio, rotary_half = a.rotary_dim / 2;
+  const int64_t R = s.ratio;
 
   // q, k, v as gated attention has them; k and v into the cache.
   project_qkv_to_cache(ctx, a, w.attention, kv, kv_layer, r, xb, b.attention);
@@ -57,14 +57,16 @@ void sparse_attention(BlockContext& ctx, const SparseAttentionSpec& s, const Spa
         rmsnorm(q, IH, ID, ID, w.q_layernorm.get(), a.eps, q, ID);
         rope_partial(q, IH, ID, a.rotary_dim, r.rope_cos + t * (hd / 2), r.rope_sin + t * (hd / 2));
         const BatchToken& token = r.tokens[t];
-        std::copy_n(q + IH * ID, ID, kv.extra(kv_layer, token.slot) + int64_t(token.position) * C);
+        float* cached = kv.extra(kv_layer, token.slot) + int64_t(token.position) * C;
+        std::copy_n(q + IH * ID, ID, cached);
+        for (int i = 0; i < 3; ++i) cached[2 * ID + i] = float(token.rope[i]);
       }
     });
   });
 
   // The key of each block the rows complete, once all the rows' raw keys are in.
   ctx.rows(n, [&](int64_t begin, int64_t end) {
-    float cos[256], sin[256];  // rotary_half <= 256 (checked at load)
+    float cos[256], sin[256];  // rotary dims / 2 <= 256 (checked at load)
     for (int64_t t = begin; t < end; ++t) {
       const BatchToken& token = r.tokens[t];
       if (token.position % R != R - 1) continue;
@@ -77,7 +79,9 @@ void sparse_attention(BlockContext& ctx, const SparseAttentionSpec& s, const Spa
         block[d] = sum / float(R);
       }
       rmsnorm(block, 1, ID, ID, w.k_layernorm.get(), a.eps, block, ID);
-      rope_angles(first, rope.inv_freq.data(), rotary_half, rope.attention_factor, cos, sin);
+      BatchToken at_first{0, token.slot, int32_t(first), false};  // at its rope position
+      for (int i = 0; i < 3; ++i) at_first.rope[i] = int32_t(raw[2 * ID + i]);
+      token_rope_angles(at_first, rope, cos, sin);
       rope_partial(block, 1, ID, a.rotary_dim, cos, sin);
     }
   });

@@ -4,13 +4,15 @@
 // whole causal context:
 //   q_i = rope(rmsnorm(Wq_i u) * q_layernorm)        i < index_heads      (FP32)
 //   k_t = Wk u_t                                     the raw key, cached per position
-//   kb  = rope(rmsnorm(mean(k_4b .. k_4b+3)) * k_layernorm, at position 4b)   once per complete
-//         block b of `ratio` positions, cached at the block's last position
+//   kb  = rope(rmsnorm(mean(k_4b .. k_4b+3)) * k_layernorm, at position 4b's rope position)
+//         once per complete block b of `ratio` positions, cached at the block's last position
 //   score_b = sum_i relu(q_i . kb) / sqrt(index_dim)   for the complete blocks up to the query
 //   kept    = the top budget / ratio blocks (ties: the earlier block) + the incomplete tail
 //   y = o_proj(attention(q, K, V over kept) * sigmoid(gate))
 // With up to budget + ratio - 1 positions of context this is dense causal attention. The KV
-// cache's extra values per position hold [raw key | block key] (2 index_dim floats).
+// cache's extra values per position hold [raw key | block key | rope position] (2 index_dim
+// floats, then the position's (T, H, W) rope position and a spare: a block's first position may
+// be an image token of an earlier pass, whose multimodal rope position the block key turns with).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,7 +30,7 @@ struct SparseAttentionSpec {
   int64_t top_blocks() const { return budget / ratio; }
   int64_t max_kept() const { return budget + ratio - 1; }
   int64_t index_width() const { return (index_heads + 1) * index_dim; }  // the queries, then the key
-  int64_t cache_floats() const { return 2 * index_dim; }                // per position
+  int64_t cache_floats() const { return 2 * index_dim + 4; }            // per position
 };
 
 struct SparseAttentionWeights {
