@@ -290,6 +290,7 @@ void make_model(const MakeModelOptions& o) {
       fail("--fused-experts", "Qwen3.8-Flash-Next's BF16 checkpoints always fuse their experts, its FP8 ones never");
     Qwen4ExpShape shape = qwen4exp_preset(o.preset);
     if (o.layers > 0) set_qwen4exp_layers(shape, o.layers);
+    if (!o.vision) shape.vision.reset();
     write_random_qwen4exp(shape, o.out_dir, o.seed, o.shards, read_special_token_ids(o.tokenizer_dir), o.dtype);
   } else {
     ModelConfig config = preset_config(o.preset);

@@ -10,6 +10,7 @@
 #include "tools/hf_config.h"
 #include "tools/make_model.h"
 #include "tools/random_checkpoint.h"
+#include "tools/vision_checkpoint.h"
 
 namespace ellm {
 namespace {
@@ -62,7 +63,8 @@ struct Planned {
 
 class Planner {
  public:
-  Planner(const Qwen4ExpShape& shape, bool fp8, uint64_t seed) : c_(shape.config), x_(shape.extra), fp8_(fp8), seed_(seed) {}
+  Planner(const Qwen4ExpShape& shape, bool fp8, uint64_t seed)
+      : c_(shape.config), x_(shape.extra), vision_(shape.vision), fp8_(fp8), seed_(seed) {}
 
   std::vector<Planned> plan() {
     const int64_t H = c_.hidden_size, V = c_.vocab_size;
@@ -79,6 +81,8 @@ class Planner {
     }
     add_hyper_connection(kRoot + "hyper_connection_mixer.", false);
     add("lm_head.weight", {V, H});
+    if (vision_)
+      for (const TensorSpec& t : vision_tensors(*vision_)) add(t.name, t.shape, "", 0, t.dtype);
     return std::move(planned_);
   }
 
@@ -204,6 +208,7 @@ class Planner {
 
   const ModelConfig& c_;
   const Qwen4ExpConfig& x_;
+  const std::optional<VisionConfig>& vision_;
   bool fp8_;
   uint64_t seed_;
   std::vector<Planned> planned_;
@@ -259,6 +264,7 @@ Qwen4ExpShape qwen4exp_preset(const std::string& name) {
   } else {
     fail("--preset", "unknown Qwen3.8-Flash-Next preset '" + name + "'");
   }
+  s.vision = preset_vision_config(name, s.config.hidden_size);
   return s;
 }
 
@@ -284,10 +290,16 @@ void write_random_qwen4exp(Qwen4ExpShape shape, const std::string& out_dir, uint
   ModelConfig& c = shape.config;
   if (fp8) c.quant_method = "fp8";
   if (special.endoftext >= 0) shape.extra.eos = special.endoftext;
+  if (special.image_pad < 0) shape.vision.reset();  // a tower needs the tokenizer's <|image_pad|>
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) fail(out_dir, "cannot create directory (" + ec.message() + ")");
-  write_text(out_dir + "/config.json", qwen4exp_config_json(c, shape.extra));
+  std::string config_json = qwen4exp_config_json(c, shape.extra);
+  if (shape.vision) {
+    config_json = with_vision_config(config_json, *shape.vision, special);
+    write_text(out_dir + "/preprocessor_config.json", preprocessor_config_json(*shape.vision));
+  }
+  write_text(out_dir + "/config.json", config_json);
   write_generation_config(out_dir, special.endoftext, special.im_end);
 
   const std::vector<Planned> plan = Planner(shape, fp8, seed).plan();

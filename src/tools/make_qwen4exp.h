@@ -11,12 +11,14 @@
 //     holes of sparse files (zero rows that take no disk), so the real preset has its
 //     320,001,536-row table at no cost.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/arch/qwen4exp.h"
 #include "model/config.h"
 #include "model/load/safetensors.h"
+#include "model/vision/vision_config.h"
 
 namespace ellm {
 
@@ -25,9 +27,11 @@ struct SpecialTokenIds;
 struct Qwen4ExpShape {
   ModelConfig config;
   Qwen4ExpConfig extra;
+  std::optional<VisionConfig> vision;  // model.visual.*, BF16 whatever the dtype; none: text only
 };
 
-// tiny-qwen4exp (the shape of the shared tiny model) and qwen3.8-flash-next (the release's).
+// tiny-qwen4exp (the shape of the shared tiny model) and qwen3.8-flash-next (the release's),
+// each with its vision tower.
 std::vector<std::string> qwen4exp_preset_names();
 bool is_qwen4exp_preset(const std::string& name);
 Qwen4ExpShape qwen4exp_preset(const std::string& name);
@@ -44,7 +48,9 @@ float qwen4exp_table_scale();
 // Every tensor of the checkpoint (fp8: the FP8 one's, factors and table scale included).
 std::vector<TensorSpec> qwen4exp_tensors(const Qwen4ExpShape& shape, bool fp8);
 
-// Writes config.json, generation_config.json and the weights (dtype bf16 or fp8).
+// Writes config.json, generation_config.json and the weights (dtype bf16 or fp8); with a tower
+// (and a tokenizer that names <|image_pad|>) also its tensors, vision_config and
+// preprocessor_config.json.
 void write_random_qwen4exp(Qwen4ExpShape shape, const std::string& out_dir, uint64_t seed, int shards,
                            const SpecialTokenIds& special, const std::string& dtype);
 

@@ -12,8 +12,10 @@ std::optional<VisionConfig> preset_vision_config(const std::string& preset, int6
   // model.visual.* tensors) at Qwen3-VL's large width.
   if (preset == "qwen3.5-0.8b") {
     v.depth = 12, v.hidden_size = 768, v.num_heads = 12, v.intermediate_size = 3072;
-  } else if (preset == "qwen3.6-27b" || preset == "qwen3.6-35b-a3b") {
+  } else if (preset == "qwen3.6-27b" || preset == "qwen3.6-35b-a3b" || preset == "qwen3.8-flash-next") {
     v.depth = 27, v.hidden_size = 1152, v.num_heads = 16, v.intermediate_size = 4304;
+  } else if (preset == "tiny-qwen4exp") {  // as ../shared/models/tiny-qwen4exp
+    v.depth = 1, v.hidden_size = 32, v.num_heads = 2, v.intermediate_size = 64, v.num_position_embeddings = 16;
   } else {
     return std::nullopt;
   }

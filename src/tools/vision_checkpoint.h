@@ -12,8 +12,8 @@
 
 namespace ellm {
 
-// The tower of a preset whose decoder is text_hidden wide; nothing for the presets without one
-// (Qwen3, Qwen3.8-Flash-Next's writer has its own).
+// The tower of a preset whose decoder is text_hidden wide (Qwen3.5, Qwen3.6, Qwen3.8-Flash-Next);
+// nothing for the presets without one (Qwen3).
 std::optional<VisionConfig> preset_vision_config(const std::string& preset, int64_t text_hidden);
 
 // Every tensor of the tower, with its name and shape.

@@ -315,7 +315,7 @@ def main():
         q4_json = os.path.join(tmp, "bench-q4.jsonl")
         must("bench", "--model-path", os.path.join(SHARED, "models", "tiny-qwen4exp"), "--prompt-lengths", "",
              "--decode-batches", "", "--decode-contexts", "300", "--zero-context", "--decode-steps", "2",
-             "--busy", "false", "--json", q4_json)
+             "--busy", "false", "--image-size", "", "--json", q4_json)
         q4_rows = [json.loads(line) for line in open(q4_json)][1:]
         q4_ops = {o["op"]: o for o in q4_rows[0]["ops"]} if q4_rows else {}
         check([x["kind"] for x in q4_rows] == ["decode_context"] and q4_rows[0]["tokens_per_s"] > 0 and

@@ -175,6 +175,24 @@ TEST(Qwen4ExpMakeModel, Fp8TableIsTheBf16TableQuantised) {
   EXPECT_GT(largest_error, 0);     // and quantised
 }
 
+// With the tokenizer's image ids the tiny preset carries the shared tiny model's tower: it loads
+// beside the decoder and encodes an image into rows as wide as the decoder.
+TEST(Qwen4ExpMakeModel, TinyPresetWritesItsVisionTower) {
+  const Qwen4ExpShape tiny = qwen4exp_preset("tiny-qwen4exp");
+  ASSERT_TRUE(tiny.vision.has_value());
+  test::ScratchDir dir;
+  write_random_qwen4exp(tiny, dir.path, 13, 1, read_special_token_ids(test::shared_dir() + "/text/qwen3"), "bf16");
+  ServingLimits l;
+  l.sequence_length = 64;
+  l.threads = 2;
+  auto model = Model::load(dir.path, l);
+  ASSERT_GE(model->image_token_id(), 0);
+  const int64_t H = model->config().hidden_size;
+  std::vector<float> pixels(size_t(16 * model->image_patch_floats()), 0.25f), rows(size_t(4 * H));
+  model->encode_image(pixels.data(), 1, 4, 4, rows.data());
+  EXPECT_TRUE(std::any_of(rows.begin(), rows.end(), [](float v) { return v != 0; }));
+}
+
 // The real preset cut to 2 layers and narrowed (hidden 256, 8 experts, vocabulary 1024) keeps
 // its real n-gram table: 128 shards of 2,500,012 rows of 160, written as holes, so the FP8 table's
 // 51 GB take no disk; the folder loads and runs.
