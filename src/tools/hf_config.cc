@@ -7,6 +7,18 @@ namespace ellm {
 namespace {
 
 // The quantization_config of an FP8 (Qwen's), GPTQ or AWQ checkpoint; null for BF16.
+// The Qwen3.5 generation's rope_parameters, with multimodal RoPE's sections as Qwen's configs
+// give them ([11, 11, 10] for 32 frequencies): an image's tokens turn by their (T, H, W)
+// positions, text by its own position on all three.
+nlohmann::ordered_json rope_parameters_json(const ModelConfig& c) {
+  const int64_t half = c.rotary_dim() / 2, section = (half + 2) / 3;
+  return {{"mrope_interleaved", true},
+          {"mrope_section", {section, section, half - 2 * section}},
+          {"partial_rotary_factor", c.partial_rotary_factor},
+          {"rope_theta", c.rope_theta},
+          {"rope_type", "default"}};
+}
+
 nlohmann::ordered_json quantization_config_json(const ModelConfig& c) {
   if (c.quant_method == "fp8")
     return {{"quant_method", "fp8"},
@@ -64,9 +76,7 @@ std::string qwen35_config_json(const ModelConfig& c, int32_t bos_token_id, int32
   t["num_key_value_heads"] = c.num_key_value_heads;
   t["partial_rotary_factor"] = c.partial_rotary_factor;
   t["rms_norm_eps"] = c.rms_norm_eps;
-  t["rope_parameters"] = {{"partial_rotary_factor", c.partial_rotary_factor},
-                          {"rope_theta", c.rope_theta},
-                          {"rope_type", "default"}};
+  t["rope_parameters"] = rope_parameters_json(c);
   if (moe) t["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
   t["tie_word_embeddings"] = c.tie_word_embeddings;
   t["vocab_size"] = c.vocab_size;
@@ -121,12 +131,7 @@ std::string qwen4exp_config_json(const ModelConfig& c, const Qwen4ExpConfig& x) 
   for (int64_t l : x.ple_layers) ple_ids.push_back(l + 1);
   t["ple_layer_ids"] = ple_ids;
   t["rms_norm_eps"] = c.rms_norm_eps;
-  const int64_t half = c.rotary_dim() / 2, section = (half + 2) / 3;  // text positions: t = h = w
-  t["rope_parameters"] = {{"mrope_interleaved", true},
-                          {"mrope_section", {section, section, half - 2 * section}},
-                          {"partial_rotary_factor", c.partial_rotary_factor},
-                          {"rope_theta", c.rope_theta},
-                          {"rope_type", "default"}};
+  t["rope_parameters"] = rope_parameters_json(c);
   t["seed"] = x.seed;
   t["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
   t["split_ngram_parts"] = x.split_ngram_parts;
