@@ -79,31 +79,17 @@ int RequestImages::next_to_encode(ImageRowCache& cache, const std::vector<Prompt
   return -1;
 }
 
-ImageRowSource RequestImages::token(Model& model, ImageRowCache& cache, const std::vector<PromptImage>& images,
-                                    int32_t id, int32_t slot, int64_t p, bool want_logits, BatchToken& out) {
-  out = BatchToken{id, slot, int32_t(p), want_logits};
-  if (places_.empty()) return ImageRowSource::not_an_image;
+BatchToken RequestImages::token(const Model& model, int32_t id, int32_t slot, int64_t p, bool want_logits) const {
+  BatchToken out{id, slot, int32_t(p), want_logits};
+  if (places_.empty()) return out;
   set_rope_position(out, places_);
-  if (!is_image_identity(id)) return ImageRowSource::not_an_image;
+  if (!is_image_identity(id)) return out;
   out.token = model.image_token_id();
   for (size_t i = 0; i < places_.size(); ++i) {
     if (p < places_[i].first || p >= places_[i].end()) continue;
-    const int64_t H = model.config().hidden_size;
-    ImageRowSource source = ImageRowSource::held;
-    if (!rows_[i]) {
-      const PromptImage& image = images[i];
-      rows_[i] = cache.find(image);
-      source = ImageRowSource::cached;
-      if (!rows_[i]) {
-        auto rows = std::make_shared<std::vector<float>>(size_t(image.n_tokens() * H));
-        model.encode_image(image.pixel_values->data(), image.grid_t, image.grid_h, image.grid_w, rows->data());
-        rows_[i] = rows;
-        cache.insert(image, rows);
-        source = ImageRowSource::encoded;
-      }
-    }
-    out.embedding = rows_[i]->data() + (p - places_[i].first) * H;
-    return source;
+    if (!rows_[i]) fail("RequestImages", "image " + std::to_string(i + 1) + "'s rows are not encoded before its pass");
+    out.embedding = rows_[i]->data() + (p - places_[i].first) * model.config().hidden_size;
+    return out;
   }
   fail("RequestImages", "an image pad id outside every image");
 }

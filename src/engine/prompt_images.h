@@ -50,19 +50,14 @@ class ImageRowCache {
   size_t bytes_ = 0, max_bytes_;
 };
 
-// Where an image pad's row came from.
-enum class ImageRowSource { not_an_image, encoded, cached, held };
-
 // A running request's images: where they sit, and the tower's rows once encoded.
 class RequestImages {
  public:
   explicit RequestImages(const std::vector<PromptImage>& images);
   bool empty() const { return places_.empty(); }
   // The model's token for position p of a sequence whose id there is `id` (an image pad's id or
-  // a token). The first time one of an image's pads is asked for, its rows come from the cache
-  // or the tower.
-  ImageRowSource token(Model& model, ImageRowCache& cache, const std::vector<PromptImage>& images, int32_t id,
-                       int32_t slot, int64_t p, bool want_logits, BatchToken& out);
+  // a token): a pad carries its image's row, which next_to_encode and hold gave before the pass.
+  BatchToken token(const Model& model, int32_t id, int32_t slot, int64_t p, bool want_logits) const;
   // Before a pass: the first image not over by position `from` whose rows are not held. An
   // image found in the cache is held from it on the way (cache_hits counts those); returns the
   // index of the first one to encode, -1 when every image from `from` on has its rows.

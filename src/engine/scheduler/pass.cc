@@ -28,18 +28,11 @@ void Scheduler::add_decode_tokens(std::vector<BatchToken>& batch, std::vector<Pa
   }
 }
 
-// The model's token for position p of slot s's sequence: an image's pad carries the tower's row,
-// and every token after an image its rope position.
+// The model's token for position p of slot s's sequence: an image's pad carries the tower's row
+// (encode_images gave it before the pass), and every token after an image its rope position.
 BatchToken Scheduler::token_at(int s, int64_t p, bool want_logits) {
-  ActiveRequest& request = *active_[s];
-  BatchToken token;
-  switch (request.images.token(model_, image_rows_, request.request.images, request.sequence[p], s, p, want_logits,
-                               token)) {
-    case ImageRowSource::encoded: ++local_metrics_.images_encoded_total; break;
-    case ImageRowSource::cached: ++local_metrics_.image_cache_hits_total; break;
-    default: break;
-  }
-  return token;
+  const ActiveRequest& request = *active_[s];
+  return request.images.token(model_, request.sequence[size_t(p)], s, p, want_logits);
 }
 
 // One pass: a decode token for every generating slot, then prefill up to the chunk size.
@@ -149,9 +142,7 @@ void Scheduler::add_proposals(size_t n_decode) {
     spec_batch_.push_back(next);
     for (int64_t j = 0; j < part.proposed; ++j) {
       // Through the request's images for the rope position after them (text ids only here).
-      BatchToken proposal;
-      request.images.token(model_, image_rows_, request.request.images, proposals_[part.slot][j], next.slot,
-                           next.position + 1 + j, true, proposal);
+      BatchToken proposal = request.images.token(model_, proposals_[part.slot][j], next.slot, next.position + 1 + j, true);
       proposal.speculative = true;
       spec_batch_.push_back(proposal);
     }
